@@ -1,0 +1,17 @@
+"""Data readers for the offline assets (see :mod:`bitfit_hf.assets`) and files of the same formats."""
+
+from .readers import (
+    MOVIE_REVIEW_LABELS,
+    read_conll,
+    read_movie_reviews,
+    read_squad_json,
+    read_tagged_text,
+)
+
+__all__ = [
+    "MOVIE_REVIEW_LABELS",
+    "read_conll",
+    "read_movie_reviews",
+    "read_squad_json",
+    "read_tagged_text",
+]

@@ -1,0 +1,18 @@
+"""Offline metrics equal to the official definitions (no Hub metric scripts needed).
+
+Plain numpy/scipy; scikit-learn is not required.
+"""
+
+from .glue import GLUE_METRIC_CONFIGS, GLUE_TASKS, GlueTask, glue_compute
+from .squad import normalize_answer, squad_v1_compute
+from .tokens import token_accuracy
+
+__all__ = [
+    "GLUE_METRIC_CONFIGS",
+    "GLUE_TASKS",
+    "GlueTask",
+    "glue_compute",
+    "normalize_answer",
+    "squad_v1_compute",
+    "token_accuracy",
+]

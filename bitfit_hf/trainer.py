@@ -1,0 +1,202 @@
+"""``BitFitTrainer``: a ``transformers.Trainer`` that trains only the selected biases and the head."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import re
+from typing import Any, Dict, List, Optional
+
+import torch
+from torch import nn
+from transformers import Trainer
+
+from .adapter import BitFitAdapter
+from .adapter_config import SUMMARY_NAME, WEIGHTS_NAME
+from .config import BitFitConfig
+from .io import write_json_atomic
+from .model import adapter_parameter_names, apply_bitfit, get_bitfit_state, unwrap
+from .zero import gathered
+
+logger = logging.getLogger("bitfit_hf")
+
+
+def loss_uses_num_items(model: nn.Module) -> bool:
+    """Whether ``model.forward`` really feeds ``num_items_in_batch`` to its loss.
+
+    Trainer assumes so for any forward with ``**kwargs`` and then multiplies the loss by the world
+    size; ``BertForSequenceClassification`` takes ``**kwargs`` but computes a plain mean loss, so
+    distributed runs trained on a loss scaled by the number of processes. Only a forward that passes
+    its kwargs to ``self.loss_function`` normalises by ``num_items_in_batch``.
+    """
+    explicit = getattr(model, "accepts_loss_kwargs", None)
+    if explicit is not None:
+        return bool(explicit)
+    try:
+        source = inspect.getsource(type(model).forward)
+    except (OSError, TypeError):
+        return False
+    return re.search(r"self\.loss_function\((?:[^()]|\([^()]*\))*\*\*kwargs", source) is not None
+
+
+class BitFitTrainer(Trainer):
+    """A ``Trainer`` for BitFit: construct it exactly like ``Trainer``.
+
+    With no BitFit argument it trains every bias plus the task head. ``bitfit_config`` picks a preset,
+    roles or patterns and per-group learning rates. ``base_model_name_or_path`` /
+    ``base_model_revision`` are recorded in the saved adapter (default: the model's ``_name_or_path``).
+    ``save_model`` writes the bias-only adapter unless ``bitfit_config.save_full_model`` is set.
+    """
+
+    def __init__(
+        self,
+        model: Optional[nn.Module] = None,
+        args=None,
+        *trainer_args,
+        bitfit_config: Optional[BitFitConfig] = None,
+        base_model_name_or_path: Optional[str] = None,
+        base_model_revision: Optional[str] = None,
+        **trainer_kwargs,
+    ):
+        if model is None:
+            raise ValueError("BitFitTrainer needs `model=`; model_init is not supported.")
+        state = get_bitfit_state(model)
+        if state is None or (bitfit_config is not None and bitfit_config != state.config):
+            state = apply_bitfit(model, bitfit_config)
+        if state.selection.trainable_numel == 0:
+            raise ValueError(
+                "Nothing is trainable: the BitFit selection "
+                f"(bias_terms={state.config.bias_terms}, train_head={state.config.train_head}) is empty. "
+                "Select bias terms, or keep train_head=True on a model with a task head."
+            )
+        self.bitfit_state = state
+        self.base_model_name_or_path = base_model_name_or_path
+        self.base_model_revision = base_model_revision
+        super().__init__(model, args, *trainer_args, **trainer_kwargs)
+        self.model_accepts_loss_kwargs = loss_uses_num_items(unwrap(self.model))
+        if self.args.gradient_checkpointing:
+            self._prepare_gradient_checkpointing()
+        self._summary_logged = False
+
+    # ---- set-up --------------------------------------------------------------------------------
+    def _prepare_gradient_checkpointing(self) -> None:
+        """Frozen embeddings give checkpointed blocks inputs without grad: reentrant checkpoints then
+        skip every bias inside. Use non-reentrant checkpoints unless the user chose otherwise, and
+        make the inputs require grad when they did."""
+        kwargs = dict(self.args.gradient_checkpointing_kwargs or {})
+        if "use_reentrant" not in kwargs:
+            kwargs["use_reentrant"] = False
+            self.args.gradient_checkpointing_kwargs = kwargs
+        if kwargs["use_reentrant"] and hasattr(unwrap(self.model), "enable_input_require_grads"):
+            unwrap(self.model).enable_input_require_grads()
+
+    @property
+    def bitfit_config(self) -> BitFitConfig:
+        return self.bitfit_state.config
+
+    def bitfit_parameter_groups(self, model: nn.Module) -> List[Dict[str, Any]]:
+        """Optimizer groups: biases (their own lr, no weight decay) and the head (its own lr; decay on
+        its weights only, as ``Trainer`` does)."""
+        cfg = self.bitfit_config
+        selection = self.bitfit_state.selection
+        head = set(selection.head_parameter_names)
+        trained = set(selection.parameter_names)
+        decay = set(self.get_decay_parameter_names(model))
+        base_lr = self.args.learning_rate
+        groups = {
+            "bias": {"params": [], "weight_decay": 0.0, "lr": cfg.bias_learning_rate or base_lr, "name": "bias"},
+            "bias_decay": {"params": [], "weight_decay": self.args.weight_decay,
+                           "lr": cfg.bias_learning_rate or base_lr, "name": "pattern_weights"},
+            "head_decay": {"params": [], "weight_decay": self.args.weight_decay,
+                           "lr": cfg.head_learning_rate or base_lr, "name": "head"},
+            "head": {"params": [], "weight_decay": 0.0, "lr": cfg.head_learning_rate or base_lr, "name": "head_no_decay"},
+        }
+        for name, param in unwrap(model).named_parameters():
+            if name not in trained or not param.requires_grad:
+                continue
+            is_head = name in head
+            # Biases never decay; other tensors (head weights, pattern-selected weights) follow Trainer.
+            decays = name in decay and not name.endswith("bias")
+            key = ("head" if is_head else "bias") + ("_decay" if decays else "")
+            groups[key]["params"].append(param)
+        return [group for group in groups.values() if group["params"]]
+
+    def create_optimizer(self, model=None):
+        if self.optimizer is not None or self.bitfit_config.is_full_finetuning:
+            return super().create_optimizer(model) if self.optimizer is None else self.optimizer
+        opt_model = self.model if model is None else model
+        if self.optimizer_cls_and_kwargs is not None:
+            optimizer_cls, optimizer_kwargs = self.optimizer_cls_and_kwargs
+        else:
+            optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
+        optimizer_kwargs = dict(optimizer_kwargs)
+        if any(key in optimizer_kwargs for key in ("params", "model", "optimizer_dict")) or not isinstance(optimizer_cls, type):
+            # GaLore / LOMO / layer-wise / factory optimizers build their own groups from requires_grad.
+            return super().create_optimizer(model)
+        optimizer_kwargs.pop("lr", None)  # each group carries its own
+        groups = self.bitfit_parameter_groups(opt_model)
+        self.optimizer = optimizer_cls([{k: v for k, v in g.items() if k != "name"} for g in groups], **optimizer_kwargs)
+        return self.optimizer
+
+    # ---- training ------------------------------------------------------------------------------
+    def train(self, *args, **kwargs):
+        if not self._summary_logged and self.is_world_process_zero():
+            logger.info("BitFit trainable parameters:\n%s", self.bitfit_state.summary)
+            self._summary_logged = True
+        return super().train(*args, **kwargs)
+
+    # ---- saving --------------------------------------------------------------------------------
+    def adapter_tensors(self) -> Dict[str, torch.Tensor]:
+        """The adapter's tensors, gathered under ZeRO-3 (collective: call on every rank)."""
+        model = unwrap(self.model)
+        params = dict(model.named_parameters())
+        names = adapter_parameter_names(model, self.bitfit_state)
+        with gathered([params[n] for n in names]):
+            return {n: params[n].detach().to("cpu", copy=True).contiguous() for n in names}
+
+    def build_adapter(self, tensors: Optional[Dict[str, torch.Tensor]] = None) -> BitFitAdapter:
+        metadata = {"training_args": _public_args(self.args)}
+        return BitFitAdapter.from_model(
+            self.model,
+            base_model_name_or_path=self.base_model_name_or_path,
+            base_model_revision=self.base_model_revision,
+            metadata=metadata,
+            tensors=tensors if tensors is not None else self.adapter_tensors(),
+        )
+
+    def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
+        if self.bitfit_config.save_full_model or self.bitfit_config.is_full_finetuning:
+            return super().save_model(output_dir, _internal_call)
+        output_dir = output_dir or self.args.output_dir
+        tensors = self.adapter_tensors()
+        if self.args.should_save:
+            adapter = self.build_adapter(tensors)
+            adapter.save_pretrained(output_dir)
+            write_json_atomic(os.path.join(output_dir, SUMMARY_NAME), self.bitfit_state.summary.to_dict())
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(output_dir)
+            logger.info("Saved the BitFit adapter (%d tensors) to %s", len(tensors), output_dir)
+        if self.args.push_to_hub and not _internal_call:
+            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        if not os.path.isfile(os.path.join(resume_from_checkpoint, WEIGHTS_NAME)):
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        BitFitAdapter.from_directory(resume_from_checkpoint).apply_to(model if model is not None else self.model)
+
+    def _load_best_model(self):
+        best = self.state.best_model_checkpoint
+        if best and os.path.isfile(os.path.join(best, WEIGHTS_NAME)) and not self.is_deepspeed_enabled:
+            logger.info("Loading the best BitFit adapter from %s (score: %s).", best, self.state.best_metric)
+            BitFitAdapter.from_directory(best).apply_to(self.model)
+            return
+        return super()._load_best_model()
+
+
+def _public_args(args) -> Dict[str, Any]:
+    """Training hyper-parameters worth recording in an adapter (never tokens or paths)."""
+    keep = ("learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
+            "weight_decay", "warmup_steps", "lr_scheduler_type", "seed", "optim", "max_grad_norm", "bf16", "fp16")
+    return {key: getattr(args, key) if not hasattr(getattr(args, key), "value") else getattr(args, key).value
+            for key in keep if hasattr(args, key)}
