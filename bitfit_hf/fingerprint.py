@@ -27,9 +27,11 @@ def _normalized(name: str, prefix: str) -> str:
 
 def _sample(tensor: torch.Tensor) -> bytes:
     flat = tensor.detach().reshape(-1)
-    if flat.numel() == 0:
+    if flat.numel() == 0 or flat.is_meta:  # a meta model (sizes only) has no values to sample
         return b""
-    index = torch.linspace(0, flat.numel() - 1, min(SAMPLES_PER_TENSOR, flat.numel())).round().long()
+    count = min(SAMPLES_PER_TENSOR, flat.numel())
+    # Integer positions spread evenly over the tensor (float linspace rounds past the end on big tensors).
+    index = torch.arange(count, dtype=torch.int64) * (flat.numel() - 1) // max(count - 1, 1)
     values = flat[index.to(flat.device)].to("cpu", torch.float32).to(torch.bfloat16).to(torch.float32)
     return values.numpy().tobytes()
 

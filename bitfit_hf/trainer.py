@@ -15,6 +15,7 @@ from transformers import Trainer
 from .adapter import BitFitAdapter
 from .adapter_config import SUMMARY_NAME, WEIGHTS_NAME
 from .config import BitFitConfig
+from .distributed import check_trainer_launch, is_deepspeed_dummy_optimizer, keep_bitfit_groups_in_deepspeed_optimizer
 from .io import write_json_atomic
 from .model import adapter_parameter_names, apply_bitfit, get_bitfit_state, unwrap
 from .zero import gathered
@@ -75,7 +76,9 @@ class BitFitTrainer(Trainer):
         self.base_model_revision = base_model_revision
         super().__init__(model, args, *trainer_args, **trainer_kwargs)
         self.model_accepts_loss_kwargs = loss_uses_num_items(unwrap(self.model))
-        if self.args.gradient_checkpointing:
+        # Stop launches that exit 0 while training wrongly (ranks alone, DeepSpeed off): docs/distributed.md
+        check_trainer_launch(self)
+        if getattr(self.args, "activation_checkpointing", None) or getattr(self.args, "gradient_checkpointing", False):
             self._prepare_gradient_checkpointing()
         self._summary_logged = False
 
@@ -84,10 +87,13 @@ class BitFitTrainer(Trainer):
         """Frozen embeddings give checkpointed blocks inputs without grad: reentrant checkpoints then
         skip every bias inside. Use non-reentrant checkpoints unless the user chose otherwise, and
         make the inputs require grad when they did."""
-        kwargs = dict(self.args.gradient_checkpointing_kwargs or {})
+        # transformers 5 renamed gradient_checkpointing* to activation_checkpointing*; keep both in sync.
+        names = [n for n in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs") if hasattr(self.args, n)]
+        kwargs = dict(next((getattr(self.args, n) for n in names if getattr(self.args, n)), None) or {})
         if "use_reentrant" not in kwargs:
             kwargs["use_reentrant"] = False
-            self.args.gradient_checkpointing_kwargs = kwargs
+            for name in names:
+                setattr(self.args, name, kwargs)
         if kwargs["use_reentrant"] and hasattr(unwrap(self.model), "enable_input_require_grads"):
             unwrap(self.model).enable_input_require_grads()
 
@@ -123,6 +129,9 @@ class BitFitTrainer(Trainer):
         return [group for group in groups.values() if group["params"]]
 
     def create_optimizer(self, model=None):
+        if is_deepspeed_dummy_optimizer(self.optimizer) and not self.bitfit_config.is_full_finetuning:
+            # The DeepSpeed config has an "optimizer" block: DeepSpeed builds it, over BitFit's groups.
+            return keep_bitfit_groups_in_deepspeed_optimizer(self, self.optimizer)
         if self.optimizer is not None or self.bitfit_config.is_full_finetuning:
             return super().create_optimizer(model) if self.optimizer is None else self.optimizer
         opt_model = self.model if model is None else model
