@@ -49,7 +49,8 @@ def add_zero_bias(module: nn.Module) -> str:
     if isinstance(module, nn.Linear):
         size = module.out_features
     else:
-        size = weight.shape[0] if weight.dim() == 1 else int(torch.Size(module.normalized_shape).numel())
+        shape = getattr(weight, "ds_shape", None) or weight.shape  # ZeRO-3 partitions hold (0,)
+        size = shape[0] if len(shape) == 1 else int(torch.Size(module.normalized_shape).numel())
     bias = nn.Parameter(torch.zeros(size, dtype=weight.dtype, device=weight.device))
     if kind == NATIVE:
         module.bias = bias

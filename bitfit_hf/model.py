@@ -12,6 +12,7 @@ from .fingerprint import base_fingerprint
 from .layer import add_zero_biases
 from .selection import Selection, resolve
 from .summary import TrainableSummary
+from .zero import full_shape
 
 _STATE_ATTR = "_bitfit_state"
 
@@ -35,8 +36,9 @@ class BitFitState:
 
 
 def _chunk_mask(param: nn.Parameter, chunks: List[Tuple[int, int]]) -> torch.Tensor:
-    mask = torch.zeros_like(param, dtype=torch.bool)
-    size = param.shape[0] // chunks[0][1]
+    shape = full_shape(param)  # gradients arrive full-size under ZeRO-3 too
+    mask = torch.zeros(shape, dtype=torch.bool, device=param.device)
+    size = shape[0] // chunks[0][1]
     for index, _ in chunks:
         mask[index * size : (index + 1) * size] = True
     return mask

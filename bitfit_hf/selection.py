@@ -16,6 +16,7 @@ from torch import nn
 from .config import BitFitConfig
 from .layer import bias_kind, has_bias
 from .roles import ALL_ROLES, ARCHITECTURE_ROLES, PRESETS, match_role, roles_for
+from .zero import full_numel, full_shape
 
 HEAD = "head"
 OTHER_BIAS = "bias"  # a bias parameter that no role names (e.g. ELECTRA's embeddings projection)
@@ -132,7 +133,7 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
 
     def take(name: str, role: str, layer: str = "", chunk=None, added=False, numel=None) -> None:
         if numel is None:
-            numel = params[name].numel() if name in params else 0
+            numel = full_numel(params[name]) if name in params else 0
             if chunk is not None:
                 numel //= chunk[1]
         entries.append(TrainedTensor(name, role, layer, numel, chunk, added))
@@ -146,7 +147,7 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
                     take(name, HEAD)
             else:
                 take(name, OTHER_BIAS if name.endswith(".bias") else WEIGHT)
-        return Selection(config, model_type, entries, {}, head_modules, sum(p.numel() for p in params.values()))
+        return Selection(config, model_type, entries, {}, head_modules, sum(full_numel(p) for p in params.values()))
 
     if preset == "all":
         wanted_roles = list(roles_for(model_type)) if model_type in ARCHITECTURE_ROLES else []
@@ -183,7 +184,7 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
                     elif config.add_missing_biases:
                         kind = to_add.get(module_name) or bias_kind(module)
                         to_add[module_name] = kind
-                        size = module.out_features if isinstance(module, nn.Linear) else module.weight.shape[0]
+                        size = module.out_features if isinstance(module, nn.Linear) else full_shape(module.weight)[0]
                         take(bias_name, role, layer, rule.chunk, added=True, numel=size)
                     else:
                         missing.append(module_name)
@@ -226,6 +227,6 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
             if name not in covered:
                 take(name, HEAD)
 
-    total = sum(p.numel() for p in params.values())
+    total = sum(full_numel(p) for p in params.values())
     return Selection(config, model_type, entries, to_add, head_modules, total)
 

@@ -16,6 +16,16 @@ def zero3_enabled() -> bool:
     return bool(is_deepspeed_zero3_enabled())
 
 
+def full_numel(param) -> int:
+    """Number of elements of ``param``, also while ZeRO-3 holds only a partition (``ds_numel``)."""
+    return int(getattr(param, "ds_numel", param.numel()))
+
+
+def full_shape(param):
+    """Shape of ``param``, also while ZeRO-3 holds only a partition (``ds_shape``)."""
+    return getattr(param, "ds_shape", None) or param.shape
+
+
 def gathered(params: Iterable[nn.Parameter]):
     """Context in which ZeRO-3-partitioned ``params`` hold their full values (a no-op otherwise).
 
