@@ -41,9 +41,15 @@ class LaunchError(RuntimeError):
 # (a) backend selection
 # --------------------------------------------------------------------------------------------------
 def accelerator_available() -> bool:
-    """Whether torch sees a device accelerate would train on (CUDA/ROCm, XPU, NPU, HPU, MLU, MUSA)."""
+    """Whether torch sees a device accelerate would train on (CUDA/ROCm, MPS, XPU, NPU, HPU, MLU, MUSA)."""
     if torch.cuda.is_available():
         return True
+    mps = getattr(getattr(torch, "backends", None), "mps", None)
+    try:
+        if mps is not None and mps.is_available():
+            return True
+    except Exception:  # pragma: no cover
+        pass
     try:
         from transformers.utils import (
             is_torch_hpu_available,
@@ -100,8 +106,8 @@ def training_args_kwargs(kwargs: Optional[Mapping[str, Any]] = None, **more: Any
     return out
 
 
-def use_cpu_default() -> bool:
-    """The ``use_cpu`` value :func:`training_args_kwargs` picks: true when no CUDA-like device exists."""
+def default_use_cpu() -> bool:
+    """The ``use_cpu`` default for ``TrainingArguments``: true when no CUDA-like device (or MPS) exists."""
     return not accelerator_available()
 
 

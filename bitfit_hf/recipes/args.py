@@ -210,26 +210,9 @@ def default_use_cpu() -> bool:
     ``use_cpu=False`` each rank trains alone (see the distributed notes). When the library gains a
     backend-selection helper (``bitfit_hf.distributed``), it takes over here.
     """
-    try:  # pragma: no cover - depends on a teammate's module
-        from .. import distributed as _distributed  # type: ignore[attr-defined]
+    from ..distributed import default_use_cpu as _default_use_cpu
 
-        helper = getattr(_distributed, "default_use_cpu", None)
-        if callable(helper):
-            return bool(helper())
-    except ImportError:
-        pass
-    import torch
-
-    if torch.cuda.is_available():
-        return False
-    for name in ("xpu", "mps", "npu"):
-        backend = getattr(torch, name, None) or getattr(getattr(torch, "backends", None), name, None)
-        try:
-            if backend is not None and backend.is_available():
-                return False
-        except Exception:  # pragma: no cover - exotic builds
-            continue
-    return True
+    return _default_use_cpu()
 
 
 # --------------------------------------------------------------------------- parsing
