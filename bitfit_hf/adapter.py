@@ -118,7 +118,8 @@ class BitFitAdapter:
     @classmethod
     def from_pretrained(cls, path_or_repo_id: str, **hub_kwargs) -> "BitFitAdapter":
         """Read an adapter from a local directory, or from the Hub (``revision=``, ``token=``, ...)."""
-        if os.path.isdir(path_or_repo_id):
+        looks_local = os.path.isabs(path_or_repo_id) or path_or_repo_id.startswith((".", "~")) or os.path.exists(path_or_repo_id)
+        if os.path.isdir(path_or_repo_id) or looks_local:
             if hub_kwargs.get("revision"):
                 raise AdapterError(f"revision= applies to Hub repos; {path_or_repo_id!r} is a local directory.")
             return cls.from_directory(path_or_repo_id)
@@ -147,20 +148,21 @@ class BitFitAdapter:
             raise AdapterError(f"{directory!r} has no {WEIGHTS_NAME}: it is not a BitFit adapter directory.")
         tensors, embedded = read_safetensors(weights_path)
         config_path = os.path.join(directory, CONFIG_NAME)
+        on_disk = None
+        if os.path.isfile(config_path):
+            with open(config_path, encoding="utf-8") as handle:
+                on_disk = AdapterConfig.from_json(handle.read(), config_path)  # errors on bad JSON / fields
         if embedded is not None:
             config = AdapterConfig.from_json(embedded, f"the config embedded in {weights_path}")
-            if os.path.isfile(config_path):
-                with open(config_path, encoding="utf-8") as handle:
-                    on_disk = handle.read()
-                if _json_or_none(on_disk) != _json_or_none(embedded):
-                    logger.warning(
-                        "%s does not match the config embedded in %s (an interrupted save?); using the embedded one.",
-                        config_path,
-                        WEIGHTS_NAME,
-                    )
-        elif os.path.isfile(config_path):
-            with open(config_path, encoding="utf-8") as handle:
-                config = AdapterConfig.from_json(handle.read(), config_path)
+            if on_disk is not None and on_disk.to_dict() != config.to_dict():
+                logger.warning(
+                    "%s does not match the config embedded in %s (an interrupted save?); using the embedded one, "
+                    "which always belongs to these weights.",
+                    config_path,
+                    WEIGHTS_NAME,
+                )
+        elif on_disk is not None:
+            config = on_disk
         else:
             raise AdapterError(f"{directory!r} has no {CONFIG_NAME}: it is not a BitFit adapter directory.")
         missing = [n for n in config.adapter_parameters if n not in tensors]
@@ -270,13 +272,6 @@ def read_safetensors(path: str):
         ) from None
     metadata = header.get("__metadata__") or {}
     return tensors, metadata.get(_METADATA_KEY)
-
-
-def _json_or_none(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return None
 
 
 def _first_difference(expected, found) -> str:
