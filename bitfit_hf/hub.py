@@ -408,6 +408,7 @@ def push_adapter_to_hub(
     publish = _publishable(adapter, hub_base_model_id(adapter.config, base_model))
     with tempfile.TemporaryDirectory(prefix="bitfit-hub-push-") as stage:
         publish.save_pretrained(stage)
+        canonicalize_safetensors(os.path.join(stage, WEIGHTS_NAME))
         summary = summary or _read_json(source_dir, SUMMARY_NAME) or model_summary
         if summary:
             write_json_atomic(os.path.join(stage, SUMMARY_NAME), summary)
@@ -443,6 +444,37 @@ def _publishable(adapter, base_id: Optional[str]):
             _display_path(recorded),
         )
     return BitFitAdapter(AdapterConfig.from_dict(data), adapter.tensors)
+
+
+def canonicalize_safetensors(path: str) -> None:
+    """Rewrite a safetensors header with its metadata keys sorted, in place.
+
+    ``safetensors`` stores ``__metadata__`` in a hash map whose iteration order changes from one save
+    to the next, so two saves of the same adapter differ by a few header bytes: the Hub would see a
+    changed file and a re-push would commit again. Only the header's key order changes; tensors,
+    offsets and sizes stay the same, so the file stays valid and loads identically.
+    """
+    import json
+    import struct
+
+    with open(path, "rb") as handle:
+        data = handle.read()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    ordered = {}
+    if "__metadata__" in header:
+        ordered["__metadata__"] = dict(sorted((header.pop("__metadata__") or {}).items()))
+    ordered.update(header)
+    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * ((-len(text)) % 8)
+    if len(text) != length:  # never expected: keep the file as it was rather than guess
+        logger.debug("Not canonicalising %s: the header length would change.", path)
+        return
+    write_bytes = data[:8] + text + data[8 + length :]
+    if write_bytes != data:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as handle:
+                handle.write(write_bytes)
 
 
 def _display_path(path: str) -> str:
