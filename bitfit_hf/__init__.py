@@ -1,38 +1,61 @@
-"""bitfit-hf: BitFit (bias-only fine-tuning, Ben Zaken et al., ACL 2022) for the Hugging Face stack."""
+"""bitfit-hf: BitFit (bias-only fine-tuning, Ben Zaken et al., ACL 2022) for the Hugging Face stack.
+
+Names are imported lazily, so ``python -m bitfit_hf.assets`` and friends start without loading torch
+and transformers.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-from .adapter import BitFitAdapter, load_adapter, save_adapter  # noqa: E402
-from .adapter_config import AdapterConfig, AdapterError, BaseModelMismatchError  # noqa: E402
-from .auto import AutoBitFitModel  # noqa: E402
-from .bank import AdapterBank  # noqa: E402
-from .config import BitFitConfig  # noqa: E402
-from .export import export_merged  # noqa: E402
-from .model import BitFitState, apply_bitfit, get_bitfit_state  # noqa: E402
-from .roles import ALL_ROLES, PAPER_ROLES, PRESETS  # noqa: E402
-from .selection import Selection, resolve  # noqa: E402
-from .summary import TrainableSummary  # noqa: E402
-from .trainer import BitFitTrainer  # noqa: E402
+_EXPORTS = {
+    "BitFitAdapter": "adapter",
+    "load_adapter": "adapter",
+    "save_adapter": "adapter",
+    "AdapterConfig": "adapter_config",
+    "AdapterError": "adapter_config",
+    "BaseModelMismatchError": "adapter_config",
+    "AutoBitFitModel": "auto",
+    "AdapterBank": "bank",
+    "BitFitConfig": "config",
+    "export_merged": "export",
+    "BitFitState": "model",
+    "apply_bitfit": "model",
+    "get_bitfit_state": "model",
+    "ALL_ROLES": "roles",
+    "PAPER_ROLES": "roles",
+    "PRESETS": "roles",
+    "Selection": "selection",
+    "resolve": "selection",
+    "TrainableSummary": "summary",
+    "BitFitTrainer": "trainer",
+}
 
-__all__ = [
-    "ALL_ROLES",
-    "PAPER_ROLES",
-    "PRESETS",
-    "AdapterBank",
-    "AdapterConfig",
-    "AdapterError",
-    "AutoBitFitModel",
-    "BaseModelMismatchError",
-    "BitFitAdapter",
-    "BitFitConfig",
-    "BitFitState",
-    "BitFitTrainer",
-    "Selection",
-    "TrainableSummary",
-    "apply_bitfit",
-    "export_merged",
-    "get_bitfit_state",
-    "load_adapter",
-    "resolve",
-    "save_adapter",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bitfit_hf' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .adapter import BitFitAdapter, load_adapter, save_adapter  # noqa: F401
+    from .adapter_config import AdapterConfig, AdapterError, BaseModelMismatchError  # noqa: F401
+    from .auto import AutoBitFitModel  # noqa: F401
+    from .bank import AdapterBank  # noqa: F401
+    from .config import BitFitConfig  # noqa: F401
+    from .export import export_merged  # noqa: F401
+    from .model import BitFitState, apply_bitfit, get_bitfit_state  # noqa: F401
+    from .roles import ALL_ROLES, PAPER_ROLES, PRESETS  # noqa: F401
+    from .selection import Selection, resolve  # noqa: F401
+    from .summary import TrainableSummary  # noqa: F401
+    from .trainer import BitFitTrainer  # noqa: F401

@@ -12,6 +12,24 @@ import transformers as T
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+EXTENDED_MARKS = {"slow", "distributed", "hub"}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", default=False,
+                     help="also run the slow, distributed and hub tests (what CI runs)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Fast unit tests by default; `--all` (CI) or an explicit `-m` selects the extended tests too."""
+    if config.getoption("--all") or config.getoption("-m"):
+        return
+    extended = [item for item in items if EXTENDED_MARKS & {mark.name for mark in item.iter_markers()}]
+    if extended:
+        config.hook.pytest_deselected(items=extended)
+        items[:] = [item for item in items if item not in extended]
+
+
 # model_type -> config with 2 layers, small sizes
 TINY_CONFIGS = {
     "bert": lambda: T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100),
