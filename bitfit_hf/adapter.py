@@ -114,6 +114,14 @@ class BitFitAdapter:
         with atomic_path(os.path.join(save_directory, WEIGHTS_NAME)) as tmp:
             save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata={"format": "pt", _METADATA_KEY: text})
 
+    def push_to_hub(self, repo_id: str, **kwargs):
+        """Push this adapter with a generated model card to the Hub in one commit (no commit when
+        nothing changed); see :func:`bitfit_hf.hub.push_adapter_to_hub` for ``token``, ``private``,
+        ``revision``, ``commit_message``, ``model_card``, ``base_model``, ``base`` and card fields."""
+        from .hub import push_adapter_to_hub  # the Hub is optional: import only when asked
+
+        return push_adapter_to_hub(self, repo_id, **kwargs)
+
     # ---- loading -------------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path_or_repo_id: str, **hub_kwargs) -> "BitFitAdapter":

@@ -61,6 +61,7 @@ MANAGED_FILES = (WEIGHTS_NAME, CONFIG_NAME, SUMMARY_NAME, BIAS_CHANGE_JSON, BIAS
 """Files a push writes (and deletes when stale); every other file in the repo is left alone."""
 DEFAULT_COMMIT_MESSAGE = "Upload BitFit adapter"
 _LOAD_ONLY_METADATA = ("resolved_repo", "resolved_commit")
+_WARNED_LOCAL_BASES: set = set()
 
 
 # ---- errors ----------------------------------------------------------------------------------------
@@ -393,7 +394,12 @@ def push_adapter_to_hub(
       ``language``, ``tags``, ``model_name``, ``hyperparameters``) go into the card.
     """
     from .adapter import BitFitAdapter
-    from .model_card import hub_base_model_id, read_eval_results, write_model_card_files
+    from .model_card import (
+        read_eval_results,
+        resolve_bias_change,
+        write_bias_change_files,
+        write_model_card_files,
+    )
 
     source_dir = str(adapter) if isinstance(adapter, (str, os.PathLike)) else None
     model_summary = None
@@ -405,31 +411,36 @@ def push_adapter_to_hub(
         state = get_bitfit_state(adapter)
         model_summary = state.summary.to_dict() if state is not None else None
         adapter = BitFitAdapter.from_model(adapter)
-    publish = _publishable(adapter, hub_base_model_id(adapter.config, base_model))
+    publish = publishable_adapter(adapter, base_model)
+    change = resolve_bias_change(adapter, source_dir, base=base, bias_change=bias_change)
     with tempfile.TemporaryDirectory(prefix="bitfit-hub-push-") as stage:
         publish.save_pretrained(stage)
         canonicalize_safetensors(os.path.join(stage, WEIGHTS_NAME))
         summary = summary or _read_json(source_dir, SUMMARY_NAME) or model_summary
         if summary:
             write_json_atomic(os.path.join(stage, SUMMARY_NAME), summary)
-        if bias_change is None and base is None and source_dir and os.path.isfile(os.path.join(source_dir, BIAS_CHANGE_JSON)):
-            shutil.copyfile(os.path.join(source_dir, BIAS_CHANGE_JSON), os.path.join(stage, BIAS_CHANGE_JSON))
         if eval_results is None and source_dir:
             eval_results = read_eval_results(source_dir) or None
-        if model_card is not False:
-            write_model_card_files(stage, publish, repo_id, base=base, bias_change=bias_change, summary=summary,
-                                   eval_results=eval_results, base_model=base_model, **card_kwargs)
-            if model_card is not True and model_card is not None:
+        if model_card is True or model_card is None:
+            write_model_card_files(stage, publish, repo_id, bias_change=change, summary=summary,
+                                   eval_results=eval_results, heatmap=change is not None, base_model=base_model,
+                                   **card_kwargs)
+        else:
+            write_bias_change_files(stage, change, publish.config, repo_id)
+            if model_card is not False:
                 write_text_atomic(os.path.join(stage, README_NAME), str(model_card))
         return push_adapter_folder(stage, repo_id, token=token, private=private, revision=revision,
                                    commit_message=commit_message, commit_description=commit_description,
                                    create_pr=create_pr, manage_readme=model_card is not False)
 
 
-def _publishable(adapter, base_id: Optional[str]):
-    """The adapter as it should appear on the Hub: no load-time metadata, a Hub id for the base."""
+def publishable_adapter(adapter, base_model: Optional[str] = None):
+    """The adapter as it should appear on the Hub: without load-time metadata (``resolved_commit``),
+    and with the base model's Hub id when it records only a local path (``base_model`` overrides)."""
     from .adapter import BitFitAdapter
+    from .model_card import hub_base_model_id
 
+    base_id = hub_base_model_id(adapter.config, base_model)
     data = adapter.config.to_dict()
     data["metadata"] = {k: v for k, v in (data.get("metadata") or {}).items() if k not in _LOAD_ONLY_METADATA}
     recorded = data.get("base_model_name_or_path") or ""
@@ -437,7 +448,8 @@ def _publishable(adapter, base_id: Optional[str]):
         if recorded:
             logger.info("Recording the base model as %r (the adapter recorded %r).", base_id, _display_path(recorded))
         data["base_model_name_or_path"] = base_id
-    elif recorded and os.path.exists(recorded):
+    elif recorded and os.path.exists(recorded) and recorded not in _WARNED_LOCAL_BASES:
+        _WARNED_LOCAL_BASES.add(recorded)
         logger.warning(
             "The adapter records its base model as a local path (%s): users of the Hub repo will have to pass "
             "base_model= themselves. Pass base_model='namespace/name' (the base's Hub id) when pushing.",

@@ -255,7 +255,9 @@ def build_model_card(
     pipeline_tag = PIPELINE_TAGS.get(cfg.task_type or "")
     repo_id = repo_id or meta.get("hub_model_id") or "your-name/your-bitfit-adapter"
     title = model_name or repo_id.split("/")[-1]
-    datasets = _as_list(dataset if dataset is not None else meta.get("dataset") or meta.get("datasets"))
+    named = _as_list(dataset if dataset is not None else meta.get("dataset") or meta.get("datasets"))
+    datasets = [d for d in named if _REPO_ID.fullmatch(d)]  # Hub dataset ids go to the metadata
+    dataset_name = dataset_name or next((d for d in named if d not in datasets), None)
     license = license or meta.get("license") or ("apache-2.0" if base_id == "sentence-transformers/all-MiniLM-L6-v2" else None)
     language = language if language is not None else meta.get("language")
     if eval_results is None:
@@ -370,57 +372,63 @@ def write_model_card_files(
     """Write ``README.md`` (and ``bias_change.json`` / ``bias_change.png``) for ``adapter`` into
     ``directory``; returns the names written.
 
-    The bias change is taken from ``bias_change``, else ``directory/bias_change.json``, else computed
-    against ``base`` (a model, a dict of its biases, or a checkpoint path / Hub id), else against the
-    adapter's recorded base when that is a local folder or already in the Hub cache. Without any of
-    these, or without matplotlib, the card simply has no heat map.
+    The bias change is taken from ``bias_change``, else computed against ``base`` (a model, a dict of
+    its biases, or a checkpoint path / Hub id), else read from ``directory/bias_change.json``, else
+    computed against the adapter's recorded base when that is a local folder or already in the Hub
+    cache. Without any of these, or without matplotlib, the card simply has no heat map.
     """
     from .io import write_text_atomic
 
-    written: List[str] = []
-    change = _resolve_bias_change(directory, adapter, base, bias_change) if heatmap else None
-    if change is not None:
-        change.save(os.path.join(directory, BIAS_CHANGE_JSON))
-        written.append(BIAS_CHANGE_JSON)
-    heatmap_file = None
-    if change is not None and change.roles:
-        try:
-            change.plot(os.path.join(directory, BIAS_CHANGE_PNG), title=_plot_title(adapter.config, repo_id))
-            heatmap_file = BIAS_CHANGE_PNG
-            written.append(BIAS_CHANGE_PNG)
-        except ImportError as err:
-            logger.warning("%s The card shows the bias change as a table only.", err)
+    change = resolve_bias_change(adapter, directory, base=base, bias_change=bias_change) if heatmap else None
+    written = write_bias_change_files(directory, change, adapter.config, repo_id)
     if summary is None:
         summary = _read_json(os.path.join(directory, SUMMARY_NAME))
     if eval_results is None:
         eval_results = read_eval_results(directory) or None
-    present = [n for n in FILE_DESCRIPTIONS if os.path.isfile(os.path.join(directory, n))] + written + [README_NAME]
+    present = [n for n in FILE_DESCRIPTIONS if os.path.isfile(os.path.join(directory, n))] + [README_NAME]
     weights = os.path.join(directory, WEIGHTS_NAME)
     card = build_model_card(
         adapter,
         repo_id,
         summary=summary,
         bias_change=change,
-        heatmap_file=heatmap_file,
+        heatmap_file=BIAS_CHANGE_PNG if BIAS_CHANGE_PNG in written else None,
         eval_results=eval_results,
         files=present,
         weights_size=os.path.getsize(weights) if os.path.isfile(weights) else None,
         **card_kwargs,
     )
     write_text_atomic(os.path.join(directory, README_NAME), str(card))
-    written.append(README_NAME)
+    return written + [README_NAME]
+
+
+def write_bias_change_files(directory: str, change: Optional[BiasChange], config: AdapterConfig,
+                            repo_id: Optional[str] = None) -> List[str]:
+    """``bias_change.json`` and (with matplotlib) ``bias_change.png`` for ``change``; the names written."""
+    if change is None:
+        return []
+    change.save(os.path.join(directory, BIAS_CHANGE_JSON))
+    written = [BIAS_CHANGE_JSON]
+    if change.roles:
+        try:
+            change.plot(os.path.join(directory, BIAS_CHANGE_PNG), title=_plot_title(config, repo_id))
+            written.append(BIAS_CHANGE_PNG)
+        except ImportError as err:
+            logger.warning("%s The card shows the bias change as a table only.", err)
     return written
 
 
-def _resolve_bias_change(directory, adapter, base, bias_change) -> Optional[BiasChange]:
+def resolve_bias_change(adapter, directory: Optional[str] = None, base=None, bias_change=None) -> Optional[BiasChange]:
+    """The adapter's bias change: given, computed against ``base``, stored in ``directory``, or
+    computed against the recorded base when it is at hand locally; else ``None``."""
     if isinstance(bias_change, BiasChange):
         return bias_change
     if isinstance(bias_change, Mapping):
         return BiasChange.from_dict(bias_change)
     if base is not None:
         return BiasChange.compute(base, adapter)
-    stored = os.path.join(directory, BIAS_CHANGE_JSON)
-    if os.path.isfile(stored):
+    stored = os.path.join(directory, BIAS_CHANGE_JSON) if directory else None
+    if stored and os.path.isfile(stored):
         try:
             return BiasChange.load(stored)
         except (OSError, ValueError) as err:
