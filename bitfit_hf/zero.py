@@ -34,6 +34,6 @@ def gathered(params: Iterable[nn.Parameter]):
     params = [p for p in params if hasattr(p, "ds_id")]
     if not params:
         return contextlib.nullcontext()
-    from deepspeed.zero import GatheredParameters
+    import deepspeed  # `deepspeed.zero` is an attribute, not an importable module path
 
-    return GatheredParameters(params, modifier_rank=None)
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
