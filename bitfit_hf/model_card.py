@@ -1,7 +1,7 @@
 """Model cards for bias-only adapter repos, built with ``huggingface_hub``'s ``ModelCard``.
 
 The card is rendered from the Jinja template ``model_cards/bitfit_adapter.md`` (shipped in the wheel as
-``bitfit_hf/model_cards/``). Its metadata carries ``base_model`` (with ``base_model_relation:
+``bitfit_hf/model_cards/bitfit_adapter.md``). Its metadata carries ``base_model`` (with ``base_model_relation:
 adapter``), ``library_name: bitfit-hf``, ``tags`` (``bitfit`` first), ``datasets``, ``license``,
 ``pipeline_tag`` (from the adapter's task type) and a ``model-index`` with the evaluation results; the
 body says what was trained (bias types, counts, fraction of the base), the training
@@ -86,13 +86,14 @@ _SPLITS = {"eval": "validation", "test": "test", "predict": "test", "train": "tr
 
 
 def template_path() -> str:
-    """The card template: ``bitfit_hf/model_cards/`` in an installed wheel, the repository's
-    ``model_cards/`` in a source checkout (editable install)."""
+    """The card template: ``model_cards/bitfit_adapter.md`` at the repository root, shipped in the
+    wheel as ``bitfit_hf/model_cards/`` (package data reached through a symlink); a checkout whose
+    symlink did not survive (Windows) falls back to the repository folder."""
     try:
-        candidate = importlib.resources.files("bitfit_hf.model_cards") / TEMPLATE_NAME
+        candidate = importlib.resources.files("bitfit_hf") / "model_cards" / TEMPLATE_NAME
         if candidate.is_file():
             return str(candidate)
-    except (ModuleNotFoundError, TypeError):
+    except (ModuleNotFoundError, TypeError, OSError):
         pass
     candidate = Path(__file__).resolve().parent.parent / "model_cards" / TEMPLATE_NAME
     if candidate.is_file():
