@@ -225,6 +225,8 @@ def load_data_file(
     try:
         loaded = datasets.load_dataset(builder, data_files={split: path}, cache_dir=cache_dir)
     except Exception as err:  # datasets raises many types for malformed files
+        if "corresponds to no data" in str(err) or os.path.getsize(path) == 0:
+            raise RecipeError(f"--{split}_file {path!r} holds no examples (empty split).") from None
         raise RecipeError(f"--{split}_file {path!r}: could not read it as {builder}: {err}") from err
     return loaded[split]
 

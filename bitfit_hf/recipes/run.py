@@ -39,6 +39,7 @@ __all__ = [
     "load_tokenizer",
     "load_model",
     "maybe_load_adapter",
+    "adapter_label_names",
     "evaluate_sets",
     "train_and_save",
     "save_metrics",
@@ -202,6 +203,18 @@ def maybe_load_adapter(model, model_args) -> None:
     adapter = BitFitAdapter.from_pretrained(model_args.adapter_name_or_path)
     adapter.apply_to(model)
     logger.info("Loaded the BitFit adapter %s (%d tensors).", model_args.adapter_name_or_path, len(adapter.tensors))
+
+
+def adapter_label_names(model_args, why: str):
+    """The label names recorded in ``--adapter_name_or_path`` (for predicting on unlabelled data)."""
+    if not model_args.adapter_name_or_path:
+        raise RecipeError(f"{why} needs the label set: pass --adapter_name_or_path (a trained adapter) or labelled data.")
+    from ..adapter import BitFitAdapter
+
+    config = BitFitAdapter.from_pretrained(model_args.adapter_name_or_path).config
+    if not config.id2label:
+        raise RecipeError(f"the adapter {model_args.adapter_name_or_path!r} records no label names.")
+    return [config.id2label[str(i)] for i in range(len(config.id2label))]
 
 
 # --------------------------------------------------------------------------- running

@@ -1,0 +1,205 @@
+#!/usr/bin/env python
+"""BitFit for part-of-speech tagging (token classification with Penn Treebank tags).
+
+    accelerate launch recipes/pos.py                                   # offline default: WSJ sample, PTB tags
+    python recipes/pos.py --train_file train.pos --validation_file dev.pos   # word/TAG lines
+    python recipes/pos.py --train_file train.conll --validation_file dev.conll  # CoNLL columns
+    python recipes/pos.py --dataset_name <hub dataset> --label_column_name pos_tags
+    python recipes/pos.py --method full                                # full fine-tuning baseline
+
+Each word's tag goes on its first sub-token; the other sub-tokens are ignored by the loss and the
+metric, so `eval_accuracy` is token accuracy over words. Input formats: `word/TAG` text (one sentence
+per line, the WSJ sample's format), CoNLL-style columns (word first, tag last, blank line between
+sentences), csv/json/jsonl with a list-of-words column and a list-of-tags column, and Hub datasets
+(tags as strings or as a Sequence(ClassLabel)). With --do_predict, `predictions.txt` holds the test
+sentences as `word/TAG` lines.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, set_seed
+
+from bitfit_hf import BitFitTrainer
+from bitfit_hf.metrics.tokens import token_accuracy
+from bitfit_hf.recipes import DataArguments, RecipeDefaults, parse_recipe_args
+from bitfit_hf.recipes.data import load_raw_datasets, require_split, select_samples
+from bitfit_hf.recipes.run import (
+    adapter_label_names,
+    cli_entry,
+    evaluate_sets,
+    load_config,
+    load_model,
+    load_tokenizer,
+    log_run_header,
+    maybe_load_adapter,
+    resolve_model_source,
+    save_metrics,
+    setup_logging,
+    train_and_save,
+    write_run_args,
+    write_trainable_summary,
+)
+from bitfit_hf.tasks.tagging import (
+    check_tagged_split,
+    make_tokenize_and_align,
+    read_tagging_native,
+    resolve_tag_set,
+    resolve_tagging_columns,
+    word_level_predictions,
+    write_tagged_predictions,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PosDataArguments(DataArguments):
+    text_column_name: Optional[str] = field(
+        default=None, metadata={"help": "Column holding the list of words (default: tokens or words)."}
+    )
+    label_column_name: Optional[str] = field(
+        default=None, metadata={"help": "Column holding the list of tags (default: pos_tags, tags, pos, xpos, upos, ...)."}
+    )
+    max_seq_length: Optional[int] = field(
+        default=None, metadata={"help": "Longest tokenised sentence (default: the model's maximum, 512 for MiniLM)."}
+    )
+    label_all_tokens: bool = field(
+        default=False,
+        metadata={"help": "Train on every sub-token of a word (its tag repeated); evaluation always scores words."},
+    )
+
+
+DEFAULTS = RecipeDefaults(
+    recipe="pos",
+    offline_dataset="wsj_pos",
+    training={"per_device_train_batch_size": 16, "per_device_eval_batch_size": 32, "logging_steps": 25},
+)
+
+
+def main(argv=None):
+    # 1. Arguments: ModelArguments, PosDataArguments, BitFitArguments, TrainingArguments.
+    parsed = parse_recipe_args(PosDataArguments, DEFAULTS, argv)
+    model_args, data_args, bitfit_args, training_args = parsed
+    setup_logging(training_args)
+    log_run_header(parsed, "pos")
+    bitfit_config = bitfit_args.bitfit_config()
+    set_seed(training_args.seed)
+
+    # 2. Data: the offline WSJ sample, a Hub dataset, or word/TAG, CoNLL, csv or json files.
+    raw = load_raw_datasets(data_args, model_args, native_reader=read_tagging_native)
+    needed = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
+    flags = {"train": ("--do_train", "--train_file"), "validation": ("--do_eval", "--validation_file"),
+             "test": ("--do_predict", "--test_file")}
+    for split, wanted in needed.items():
+        if wanted:
+            require_split(raw, split, *flags[split])
+    reference = next(split for split, wanted in needed.items() if wanted)
+    text_column, label_column = resolve_tagging_columns(
+        raw[reference], reference, data_args.text_column_name, data_args.label_column_name,
+        need_labels=training_args.do_train or training_args.do_eval,
+    )
+
+    # 3. The tag set (ClassLabel names, the PTB tag set, or the training tags), checked on every split used.
+    label_list, tags_are_ids = resolve_tag_set(raw, label_column) if label_column else (None, False)
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
+              "test": data_args.max_predict_samples}
+    splits = {}
+    for split, wanted in needed.items():
+        if not wanted:
+            continue
+        dataset = select_samples(raw[split], limits[split], split)
+        split_text, split_label = resolve_tagging_columns(
+            dataset, split, text_column, label_column if label_column in dataset.column_names else None,
+            need_labels=split != "test",
+        )
+        check_tagged_split(dataset, split, split_text, split_label, label_list or [], tags_are_ids)
+        splits[split] = dataset
+    if label_list is None:  # tagging unlabelled text only: the tag set comes from the adapter
+        label_list = adapter_label_names(model_args, "--do_predict on untagged text")
+
+    # 4. Model and tokenizer with a token-classification head (a fast tokenizer: word ids are needed).
+    source = resolve_model_source(model_args)
+    config = load_config(
+        model_args, source, "token-classification", num_labels=len(label_list), finetuning_task="pos",
+        id2label=dict(enumerate(label_list)), label2id={tag: i for i, tag in enumerate(label_list)},
+    )
+    tokenizer = load_tokenizer(model_args, source, need_fast=True)
+    model = load_model(AutoModelForTokenClassification, model_args, source, config)
+    maybe_load_adapter(model, model_args)
+
+    # 5. Tokenise pre-split words; each word's tag on its first sub-token, -100 elsewhere.
+    max_seq_length = min(data_args.max_seq_length or tokenizer.model_max_length, tokenizer.model_max_length)
+    padding = "max_length" if data_args.pad_to_max_length else False
+    label_to_id = None if tags_are_ids else {tag: i for i, tag in enumerate(label_list)}
+    features = {}
+    with training_args.main_process_first(desc="tokenising"):
+        for split, dataset in splits.items():
+            has_tags = label_column in dataset.column_names
+            align = make_tokenize_and_align(
+                tokenizer, text_column, label_column if has_tags else None, label_to_id, max_seq_length, padding,
+                label_all_tokens=data_args.label_all_tokens and split == "train",
+            )
+            features[split] = dataset.map(
+                align, batched=True, num_proc=data_args.preprocessing_num_workers,
+                load_from_cache_file=not data_args.overwrite_cache, desc=f"Tokenising {split}",
+            )
+            dropped = sum(features[split]["words_dropped"])
+            if dropped:
+                logger.warning("%d words of the %s split lost to truncation at %d tokens (not scored); raise "
+                               "--max_seq_length.", dropped, split, max_seq_length)
+
+    def compute_metrics(eval_pred):
+        return {"accuracy": token_accuracy(eval_pred.predictions, eval_pred.label_ids)}
+
+    # 6. BitFitTrainer: trains the selected biases and the head (everything with --method full).
+    trainer = BitFitTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=features.get("train"),
+        eval_dataset=features.get("validation"),
+        processing_class=tokenizer,
+        data_collator=DataCollatorForTokenClassification(
+            tokenizer, pad_to_multiple_of=8 if training_args.fp16 or training_args.bf16 else None
+        ),
+        compute_metrics=compute_metrics,
+        bitfit_config=bitfit_config,
+        base_model_name_or_path=model_args.base_model_name_or_path,
+        base_model_revision=None if model_args.model_revision == "main" else model_args.model_revision,
+    )
+    write_trainable_summary(trainer, training_args.output_dir)
+    write_run_args(parsed, training_args.output_dir)
+
+    # 7. Evaluate the untrained model, train, evaluate again.
+    init_metrics = {}
+    if training_args.do_eval and training_args.do_train and bitfit_args.eval_before_training:
+        init_metrics = evaluate_sets(trainer, {"": features["validation"]}, prefix="init_eval")
+    if training_args.do_train:
+        train_and_save(trainer, training_args, len(features["train"]))
+    if training_args.do_eval:
+        metrics = evaluate_sets(trainer, {"": features["validation"]}, prefix="eval")
+        metrics["eval_samples"] = len(features["validation"])
+        metrics["eval_words"] = int(sum(len(words) for words in splits["validation"][text_column]))
+        save_metrics(trainer, "eval", {**init_metrics, **metrics})
+
+    # 8. Predict: predictions.txt in word/TAG format (plus accuracy when the test split has tags).
+    if training_args.do_predict:
+        test = features["test"]
+        labelled = label_column in splits["test"].column_names
+        if not labelled:
+            trainer.compute_metrics = None  # the placeholder labels only mark first sub-tokens
+        output = trainer.predict(test, metric_key_prefix="predict")
+        trainer.compute_metrics = compute_metrics
+        ids = word_level_predictions(np.asarray(output.predictions), np.asarray(output.label_ids))
+        tags = [[label_list[i] for i in row] for row in ids]
+        if trainer.is_world_process_zero():
+            write_tagged_predictions(f"{training_args.output_dir}/predictions.txt", splits["test"][text_column], tags)
+        metrics = dict(output.metrics) if labelled else {k: v for k, v in output.metrics.items() if "loss" not in k}
+        metrics["predict_samples"] = len(test)
+        save_metrics(trainer, "predict", metrics)
+
+
+if __name__ == "__main__":
+    cli_entry(main)

@@ -1,0 +1,123 @@
+"""Argument parsing of the recipes: method-dependent learning rates, defaults that never override an
+explicit flag, offline-default caps, argument files, and --method/--bias_terms checks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pytest
+
+from bitfit_hf.recipes import DataArguments, RecipeDefaults, RecipeError, parse_recipe_args
+from bitfit_hf.recipes.args import DEFAULT_LEARNING_RATES, BitFitArguments, default_use_cpu
+
+
+@dataclass
+class _Data(DataArguments):
+    task_name: Optional[str] = field(default=None)
+
+
+DEFAULTS = RecipeDefaults(
+    recipe="demo",
+    offline_dataset="movie_reviews",
+    offline_task="sst2",
+    training={"per_device_train_batch_size": 32},
+    offline={"max_train_samples": 3200},
+)
+
+
+def parse(*argv):
+    return parse_recipe_args(_Data, DEFAULTS, list(argv))
+
+
+def test_no_arguments_gives_the_offline_default_run():
+    parsed = parse()
+    model, data, bitfit, training = parsed
+    assert parsed.offline_data
+    assert data.dataset_name == "movie_reviews" and data.task_name == "sst2"
+    assert data.max_train_samples == 3200
+    assert training.do_train and training.do_eval and not training.do_predict
+    assert training.learning_rate == DEFAULT_LEARNING_RATES["bitfit"] == 1e-3
+    assert training.per_device_train_batch_size == 32
+    assert training.output_dir.replace("\\", "/") == "outputs/demo-sst2-bitfit"
+    assert training.use_cpu == default_use_cpu()
+    assert bitfit.method == "bitfit" and model.model_name_or_path is None
+
+
+@pytest.mark.parametrize("method, lr", [("bitfit", 1e-3), ("frozen", 1e-3), ("full", 2e-5)])
+def test_learning_rate_follows_the_method(method, lr):
+    _, _, _, training = parse("--method", method)
+    assert training.learning_rate == lr
+
+
+@pytest.mark.parametrize("flag", ["--learning_rate", "--learning-rate"])
+def test_explicit_learning_rate_wins(flag):
+    _, _, _, training = parse("--method", "full", flag, "3e-4")
+    assert training.learning_rate == 3e-4
+    _, _, _, training = parse(f"{flag}=5e-3")
+    assert training.learning_rate == 5e-3
+
+
+def test_explicit_flags_win_over_recipe_defaults():
+    parsed = parse("--per_device_train_batch_size", "4", "--do_eval", "--output_dir", "/tmp/x", "--use_cpu", "False")
+    training = parsed.training
+    assert training.per_device_train_batch_size == 4
+    assert training.do_eval and not training.do_train  # one do_* flag given: no do_* defaults
+    assert training.output_dir == "/tmp/x"
+    assert training.use_cpu is False
+    assert "output_dir" not in parsed.applied_defaults
+
+
+def test_offline_caps_apply_only_to_the_offline_data(tmp_path):
+    csv = tmp_path / "train.csv"
+    csv.write_text("sentence,label\na,0\nb,1\n")
+    parsed = parse("--train_file", str(csv))
+    assert not parsed.offline_data
+    assert parsed.data.max_train_samples is None and parsed.data.dataset_name is None
+    assert parsed.training.output_dir.replace("\\", "/") == "outputs/demo-train-bitfit"
+    parsed = parse("--max_train_samples", "10")
+    assert parsed.offline_data and parsed.data.max_train_samples == 10
+    # a task name alone means the Hub dataset, not the offline default
+    parsed = parse("--task_name", "rte")
+    assert not parsed.offline_data and parsed.data.dataset_name is None
+
+
+def test_arguments_file(tmp_path):
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"method": "full", "num_train_epochs": 1, "output_dir": str(tmp_path / "o")}))
+    parsed = parse(str(path))
+    assert parsed.bitfit.method == "full"
+    assert parsed.training.learning_rate == 2e-5 and parsed.training.num_train_epochs == 1
+    assert parsed.training.output_dir == str(tmp_path / "o")
+    assert parsed.data.dataset_name == "movie_reviews"
+
+
+def test_bias_terms_and_method():
+    _, _, bitfit, _ = parse("--bias_terms", "b_q", "b_m2")
+    config = bitfit.bitfit_config()
+    assert config.bias_terms == ["b_q", "b_m2"]
+    _, _, bitfit, _ = parse("--bias_terms", "paper-subset", "--no_train_head")
+    config = bitfit.bitfit_config()
+    assert config.bias_terms == ["paper-subset"] and config.train_head is False
+    assert BitFitArguments(method="full").bitfit_config().is_full_finetuning
+    assert BitFitArguments(method="frozen").bitfit_config().bias_terms == ["frozen"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"method": "full", "bias_terms": ["b_q"]}, "applies to --method bitfit only"),
+        ({"bias_terms": ["full"]}, "--method full"),
+        ({"bias_terms": ["b_zz"]}, "Unknown bias term"),
+        ({"method": "frozen", "train_head": False}, "trains nothing"),
+    ],
+)
+def test_bad_bitfit_arguments(kwargs, message):
+    with pytest.raises(RecipeError, match=message):
+        BitFitArguments(**kwargs).bitfit_config()
+
+
+def test_unknown_method_is_refused():
+    with pytest.raises((RecipeError, SystemExit)):
+        parse("--method", "lora")
