@@ -333,8 +333,9 @@ def _problems(
                 cause = (
                     "accelerate's MULTI_CPU / --cpu launcher starts one process per machine unless it is given "
                     "mpirun and a hostfile (mpirun_hostfile); without MPI each process trains alone. For CPU "
-                    "processes on one or more machines use distributed_type MULTI_GPU (or DEEPSPEED) with "
-                    "use_cpu: true, as in accelerate_configs/cpu_ddp.yaml and cpu_two_node_rank*.yaml."
+                    "processes on one or more machines use distributed_type MULTI_GPU with use_cpu: true "
+                    "(accelerate_configs/cpu_ddp.yaml, cpu_two_node_ddp.yaml) or DEEPSPEED "
+                    "(cpu_deepspeed_zero2.yaml, cpu_deepspeed_zero3.yaml, cpu_two_node_deepspeed.yaml)."
                 )
             else:
                 cause = "this accelerate configuration runs the simple one-process launcher."
