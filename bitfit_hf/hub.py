@@ -397,6 +397,7 @@ def push_adapter_to_hub(
     from .model_card import (
         read_eval_results,
         resolve_bias_change,
+        summary_from_adapter,
         write_bias_change_files,
         write_model_card_files,
     )
@@ -416,7 +417,7 @@ def push_adapter_to_hub(
     with tempfile.TemporaryDirectory(prefix="bitfit-hub-push-") as stage:
         publish.save_pretrained(stage)
         canonicalize_safetensors(os.path.join(stage, WEIGHTS_NAME))
-        summary = summary or _read_json(source_dir, SUMMARY_NAME) or model_summary
+        summary = summary or _read_json(source_dir, SUMMARY_NAME) or model_summary or summary_from_adapter(adapter)
         if summary:
             write_json_atomic(os.path.join(stage, SUMMARY_NAME), summary)
         if eval_results is None and source_dir:

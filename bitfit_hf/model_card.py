@@ -198,24 +198,71 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
 
 
-def summary_from_adapter(adapter) -> dict:
-    """Per-role counts computed from the adapter alone (no base parameter count)."""
+def summary_from_adapter(adapter, total_params: Optional[int] = None) -> dict:
+    """``trainable_summary.json`` rebuilt from the adapter alone (same keys as ``TrainableSummary``).
+
+    ``total_params`` (the task model's size, for the fractions) defaults to the size of the recorded
+    base checkpoint when it is a local folder or in the Hub cache, plus the head; else 0 (unknown).
+    """
     cfg = adapter.config
     per_role: Dict[str, int] = {}
     tensors: Dict[str, int] = {}
-    for name, role, _layer, chunk in classify(cfg):
+    per_layer: Dict[str, Dict[str, int]] = {}
+    for name, role, layer, chunk in classify(cfg):
         numel = adapter.tensors[name].numel() if name in adapter.tensors else 0
         numel = numel // chunk[1] if chunk else numel
         per_role[role] = per_role.get(role, 0) + numel
         tensors[role] = tensors.get(role, 0) + 1
+        layers = per_layer.setdefault(role, {})
+        layers[layer] = layers.get(layer, 0) + numel
     heads = cfg.head_modules
     head = [n for n in cfg.trained_parameters if any(n == h or n.startswith(h + ".") for h in heads)]
     if head:
         per_role["head"] = sum(adapter.tensors[n].numel() for n in head if n in adapter.tensors)
         tensors["head"] = len(head)
+        per_layer["head"] = {"": per_role["head"]}
+    if total_params is None:
+        total_params = _base_total_params(adapter) or 0
     bias = sum(v for k, v in per_role.items() if k != "head")
-    return {"total_params": 0, "per_role": per_role, "tensors_per_role": tensors, "bias_params": bias,
-            "trainable_params": sum(per_role.values())}
+    trainable = sum(per_role.values())
+    return {
+        "total_params": total_params,
+        "trainable_params": trainable,
+        "trainable_fraction": trainable / total_params if total_params else 0.0,
+        "bias_params": bias,
+        "bias_fraction": bias / total_params if total_params else 0.0,
+        "per_role": per_role,
+        "tensors_per_role": tensors,
+        "per_role_layer": per_layer,
+    }
+
+
+def _base_total_params(adapter) -> Optional[int]:
+    """Parameters of the task model: the base checkpoint's (read from headers only, local or cached)
+    plus the head tensors the checkpoint lacks; added biases are not counted (as in TrainableSummary)."""
+    from safetensors import safe_open
+
+    from .heatmap import _checkpoint_files, _match_key
+
+    cfg = adapter.config
+    source = cfg.base_model_name_or_path
+    if not source:
+        return None
+    try:
+        files = _checkpoint_files(source, cfg.base_model_revision, None, local_files_only=True)
+        shapes: Dict[str, int] = {}
+        for path in files:
+            with safe_open(path, framework="pt") as handle:
+                for key in handle.keys():
+                    count = 1
+                    for dim in handle.get_slice(key).get_shape():
+                        count *= dim
+                    shapes[key] = count
+    except Exception:  # noqa: BLE001 - only for the fractions in the card
+        return None
+    added = {f"{m}.bias" for m in cfg.added_biases}
+    extra = sum(t.numel() for n, t in adapter.tensors.items() if n not in added and _match_key(n, shapes) is None)
+    return sum(shapes.values()) + extra
 
 
 # ---- the card ------------------------------------------------------------------------------------

@@ -1,0 +1,117 @@
+"""Shared pieces of the hub tests: the project's test Hub fixtures and a client runner.
+
+Every scenario runs the real ``huggingface_hub`` client in a fresh subprocess whose environment
+points ``HF_ENDPOINT`` at a server on 127.0.0.1 (the rule of ``tests/support/hub_server.py``); the
+snippet imports :mod:`hub_client_lib` and ``bitfit_hf`` and leaves what the test checks in ``result``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+try:
+    from tests.support.hub_server import (  # noqa: F401 - fixtures are used by name
+        DEFAULT_TOKEN,
+        OTHER_TOKEN,
+        HubServer,
+        client_env,
+        hf_home,
+        hub_server,
+        hub_server_factory,
+        run_client,
+    )
+    from tests.support.olah_server import olah_available, serve_with_olah  # noqa: F401
+except ImportError:  # tests/ (not the repo root) is on sys.path
+    from support.hub_server import (  # type: ignore[no-redef]  # noqa: F401
+        DEFAULT_TOKEN,
+        OTHER_TOKEN,
+        HubServer,
+        client_env,
+        hf_home,
+        hub_server,
+        hub_server_factory,
+        run_client,
+    )
+    from support.olah_server import olah_available, serve_with_olah  # type: ignore[no-redef]  # noqa: F401
+
+HERE = Path(__file__).resolve().parent
+TOKENS = (DEFAULT_TOKEN, OTHER_TOKEN)
+
+
+def run(code: str, server, home, *, timeout: float = 300, expect_ok: bool = True, log_level: str = "DEBUG",
+        **env_kwargs: Any):
+    """Run ``code`` against ``server`` (a HubServer or an endpoint URL) with ``HF_HOME=home``.
+
+    The client logs bitfit_hf at ``log_level`` (and everything else at INFO) so that the token check
+    covers what a user would capture. Returns the ``ClientResult``; with ``expect_ok`` the snippet
+    must succeed. Any token showing up in the client's output fails the test.
+    """
+    extra = dict(env_kwargs.pop("extra", {}) or {})
+    extra["PYTHONPATH"] = os.pathsep.join([str(HERE), client_env(None, hf_home=home)["PYTHONPATH"]])
+    extra.setdefault("TOKENIZERS_PARALLELISM", "false")
+    extra.setdefault("OMP_NUM_THREADS", "1")
+    env = client_env(server, hf_home=home, extra=extra, **env_kwargs)
+    prelude = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stderr, format='%(levelname)s %(name)s %(message)s')\n"
+        f"logging.getLogger('bitfit_hf').setLevel(logging.{log_level})\n"
+        "from hub_client_lib import *\n"
+    )
+    result = run_client(prelude + code, env=env, timeout=timeout)
+    for token in TOKENS:
+        assert token not in result.stdout and token not in result.stderr, "a token was printed or logged"
+    if expect_ok:
+        result.unwrap()
+    return result
+
+
+def snippet(code: str, **variables: Any) -> str:
+    """Prefix ``code`` with ``NAME = repr(value)`` lines."""
+    return "".join(f"{name} = {value!r}\n" for name, value in variables.items()) + code
+
+
+def assert_no_token_in_files(*roots) -> None:
+    for root in roots:
+        for folder, _dirs, names in os.walk(root):
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    data = Path(path).read_bytes()
+                except OSError:
+                    continue
+                for token in TOKENS:
+                    assert token.encode() not in data, f"a token was written into {path}"
+
+
+def assert_clean_error(err: dict, *, kind: str, words=()) -> None:
+    """A bitfit-hf Hub error of class ``kind`` whose message has ``words``, shown without a raw
+    HTTP traceback (no chained huggingface_hub / httpx exception)."""
+    assert err is not None, "expected an error"
+    assert kind in err["mro"], err
+    assert "HubError" in err["mro"] or "AdapterError" in err["mro"], err
+    assert not err["chained"], err["traceback"]
+    for noise in ("HfHubHTTPError", "httpx", "huggingface_hub/"):
+        assert noise not in err["traceback"], err["traceback"]
+    message = err["message"].lower()
+    for word in words:
+        assert word.lower() in message, (word, err["message"])
+
+
+@pytest.fixture(scope="session")
+def tiny_base_dir(tmp_path_factory) -> str:
+    """One stock tiny BERT base shared by the hub tests (saved once, read by every client)."""
+    import hub_client_lib
+
+    return hub_client_lib.make_base(str(tmp_path_factory.mktemp("tiny-base") / "base"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def other_base_dir(tmp_path_factory) -> str:
+    """Same architecture, other weights: adapters trained on ``tiny_base_dir`` must be refused here."""
+    import hub_client_lib
+
+    return hub_client_lib.make_base(str(tmp_path_factory.mktemp("other-base") / "base"), seed=123)
