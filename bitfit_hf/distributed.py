@@ -158,22 +158,32 @@ def _ancestor_cmdlines(max_depth: int = 6) -> List[List[str]]:
 
 
 def _accelerate_launch_argv(argv: List[str]) -> Optional[List[str]]:
-    """The arguments after ``launch`` when ``argv`` is an ``accelerate launch`` command, else ``None``."""
-    for index, part in enumerate(argv[:4]):
-        base = os.path.basename(part)
-        if base in ("accelerate", "accelerate-launch"):
-            rest = argv[index + 1 :]
-            if base == "accelerate-launch":
-                return rest
-            return rest[1:] if rest[:1] == ["launch"] else None
-        if part == "-m" and index + 1 < len(argv):
-            module = argv[index + 1]
+    """The arguments after ``launch`` when ``argv`` is an ``accelerate launch`` command, else ``None``.
+
+    Recognises ``accelerate launch ...``, ``python /path/to/accelerate launch ...`` and
+    ``python -m accelerate.commands.launch ...`` (or ``-m accelerate.commands.accelerate_cli launch``).
+    """
+    if not argv:
+        return None
+    rest = argv
+    if os.path.basename(rest[0]).startswith("python"):
+        rest = rest[1:]
+        while rest and rest[0].startswith("-") and rest[0] != "-m":  # interpreter flags (-u, -X ..., -W ...)
+            rest = rest[2:] if rest[0] in ("-X", "-W") else rest[1:]
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            module, rest = rest[1], rest[2:]
             if module == "accelerate.commands.launch":
-                return argv[index + 2 :]
+                return rest
             if module in ("accelerate", "accelerate.commands.accelerate_cli"):
-                rest = argv[index + 2 :]
                 return rest[1:] if rest[:1] == ["launch"] else None
             return None
+    if not rest:
+        return None
+    base = os.path.basename(rest[0])
+    if base == "accelerate-launch":
+        return rest[1:]
+    if base == "accelerate":
+        return rest[2:] if rest[1:2] == ["launch"] else None
     return None
 
 

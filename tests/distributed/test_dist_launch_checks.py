@@ -1,0 +1,239 @@
+"""Unit tests of bitfit_hf.distributed (no processes launched): backend choice, how launch requests are
+read, which states count as degraded, DeepSpeed optimizer blocks, and that every shipped accelerate config
+resolves (with accelerate's own validation) to the launcher and process count its comment promises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from bitfit_hf import distributed as D
+
+CONFIGS = Path(__file__).resolve().parents[2] / "accelerate_configs"
+
+# config -> (launcher accelerate picks, total processes, machines, distributed_type)
+EXPECTED = {
+    "single_gpu.yaml": ("simple", 1, 1, "NO"),
+    "multi_gpu.yaml": ("multi_gpu", 8, 1, "MULTI_GPU"),
+    "deepspeed_zero2.yaml": ("deepspeed", 8, 1, "DEEPSPEED"),
+    "deepspeed_zero3.yaml": ("deepspeed", 8, 1, "DEEPSPEED"),
+    "deepspeed_zero3_offload.yaml": ("deepspeed", 8, 1, "DEEPSPEED"),
+    "deepspeed_two_node.yaml": ("deepspeed", 16, 2, "DEEPSPEED"),
+    "multi_node_ddp.yaml": ("multi_gpu", 16, 2, "MULTI_GPU"),
+    "cpu_ddp.yaml": ("multi_gpu", 2, 1, "MULTI_GPU"),
+    "cpu_deepspeed_zero2.yaml": ("deepspeed", 2, 1, "DEEPSPEED"),
+    "cpu_deepspeed_zero3.yaml": ("deepspeed", 2, 1, "DEEPSPEED"),
+    "cpu_two_node_ddp.yaml": ("multi_gpu", 2, 2, "MULTI_GPU"),
+    "cpu_two_node_deepspeed.yaml": ("deepspeed", 2, 2, "DEEPSPEED"),
+}
+
+
+def test_every_config_is_listed_and_documents_its_launch():
+    assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == sorted(EXPECTED)
+    for path in CONFIGS.glob("*.yaml"):
+        text = path.read_text()
+        assert text.startswith("#"), f"{path.name} must start with a comment saying what it is for"
+        assert f"--config_file accelerate_configs/{path.name}" in text, f"{path.name} must show its launch command"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_config_resolves_like_accelerate(name):
+    request = D.parse_accelerate_launch(["--config_file", str(CONFIGS / name), "train.py"])
+    assert request is not None
+    launcher, processes, machines, dtype = EXPECTED[name]
+    assert (request.launcher, request.num_processes, request.num_machines, request.distributed_type) == (
+        launcher, processes, machines, dtype)
+    import yaml
+
+    data = yaml.safe_load((CONFIGS / name).read_text())
+    if name.startswith("cpu_"):
+        # CPU variants: DDP ones need use_cpu (torchrun + gloo); DeepSpeed ones must NOT set it (it turns DeepSpeed off)
+        assert data["use_cpu"] is (dtype == "MULTI_GPU"), name
+    if dtype == "DEEPSPEED":
+        ds = data["deepspeed_config"]
+        assert "gradient_accumulation_steps" not in ds and "gradient_clipping" not in ds  # "auto": follow the recipe
+        if ds["zero_stage"] == 3:
+            assert ds.get("zero3_save_16bit_model") is True and ds.get("zero3_init_flag") is True
+
+
+def test_command_line_flags_override_the_config():
+    request = D.parse_accelerate_launch(["--config_file", str(CONFIGS / "cpu_ddp.yaml"), "--num_processes", "4", "x.py"])
+    assert request.num_processes == 4
+    request = D.parse_accelerate_launch(["--config_file", str(CONFIGS / "cpu_deepspeed_zero2.yaml"), "--cpu", "x.py"])
+    assert request.launcher == "simple" and request.use_deepspeed and request.cpu_flag
+
+
+def test_multi_cpu_resolves_to_the_one_process_launcher(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_machines: 1\n"
+                   "num_processes: 2\nmachine_rank: 0\nmixed_precision: 'no'\nuse_cpu: true\n")
+    request = D.parse_accelerate_launch(["--config_file", str(cfg), "x.py"])
+    assert (request.launcher, request.num_processes, request.distributed_type) == ("simple", 2, "MULTI_CPU")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["/usr/bin/python3", "/venv/bin/accelerate", "launch", "--config_file", "c.yaml", "t.py"], ["--config_file", "c.yaml", "t.py"]),
+        (["accelerate", "launch", "t.py", "--x"], ["t.py", "--x"]),
+        (["python", "-m", "accelerate.commands.launch", "--num_processes", "2", "t.py"], ["--num_processes", "2", "t.py"]),
+        (["python", "-m", "accelerate.commands.accelerate_cli", "launch", "t.py"], ["t.py"]),
+        (["python3.11", "-u", "-m", "accelerate.commands.launch", "t.py"], ["t.py"]),
+        (["accelerate", "config"], None),
+        (["python", "-m", "torch.distributed.run", "t.py"], None),
+        (["python", "train.py", "accelerate", "launch"], None),
+    ],
+)
+def test_accelerate_command_lines_are_recognised(argv, expected):
+    assert D._accelerate_launch_argv(argv) == expected
+
+
+def _state(n=1, dtype="NO", ds=False, group=None, stage=None):
+    return D.LaunchState(num_processes=n, distributed_type=dtype, deepspeed_active=ds, zero_stage=stage,
+                         process_group_size=group if group is not None else n, backend="gloo")
+
+
+def _request(n=2, machines=1, launcher="simple", dtype="MULTI_CPU", ds=False, cpu=False):
+    return D.LauncherRequest(command="accelerate launch x.py", config_file="c.yaml", distributed_type=dtype,
+                             num_processes=n, num_machines=machines, machine_rank=0, launcher=launcher,
+                             use_deepspeed=ds, use_cpu=True, cpu_flag=cpu)
+
+
+class _Args:
+    def __init__(self, use_cpu=True, deepspeed=None):
+        self.use_cpu, self.deepspeed = use_cpu, deepspeed
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in ("WORLD_SIZE", "ACCELERATE_USE_CPU", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+                 D.EXPECTED_ENV, D.SKIP_ENV) + D._MPI_SIZE_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(D, "accelerator_available", lambda: False)
+    return monkeypatch
+
+
+def test_healthy_launches_pass(clean_env):
+    assert D._problems(_state(), None, _Args()) == []
+    clean_env.setenv("WORLD_SIZE", "2")
+    assert D._problems(_state(2, "MULTI_CPU"), _request(launcher="multi_gpu", dtype="MULTI_GPU"), _Args()) == []
+    assert D._problems(_state(2, "DEEPSPEED", ds=True, stage=3), _request(launcher="deepspeed", dtype="DEEPSPEED", ds=True),
+                       _Args(), "ACCELERATE_USE_DEEPSPEED=true") == []
+
+
+def test_ranks_alone_without_use_cpu(clean_env):
+    clean_env.setenv("WORLD_SIZE", "2")
+    (problem,) = D._problems(_state(1, "NO", group=2), None, _Args(use_cpu=False))
+    assert "WORLD_SIZE=2" in problem and "use_cpu=False" in problem and "training_args_kwargs" in problem
+
+
+def test_process_group_without_distributed_type(clean_env):
+    clean_env.setenv("WORLD_SIZE", "2")
+    (problem,) = D._problems(_state(2, "NO"), None, _Args(use_cpu=False))
+    assert "distributed_type is NO" in problem
+
+
+def test_multi_cpu_one_process(clean_env):
+    (problem,) = D._problems(_state(1), _request(), _Args())
+    assert "asked for 2 processes" in problem and "mpirun" in problem and "cpu_ddp.yaml" in problem
+
+
+def test_multi_node_missing_processes(clean_env):
+    (problem,) = D._problems(_state(1), _request(n=4, machines=2, launcher="multi_gpu", dtype="MULTI_GPU"), _Args())
+    assert "2-machine" in problem and "machine_rank" in problem
+
+
+def test_expected_world_size_from_environment(clean_env):
+    clean_env.setenv(D.EXPECTED_ENV, "4")
+    (problem,) = D._problems(_state(2, "MULTI_CPU"), None, _Args())
+    assert f"{D.EXPECTED_ENV}=4" in problem
+
+
+def test_deepspeed_switched_off_by_accelerate_use_cpu(clean_env):
+    clean_env.setenv("ACCELERATE_USE_CPU", "true")
+    problems = D._problems(_state(2, "MULTI_CPU"), None, _Args(), "ACCELERATE_USE_DEEPSPEED=true")
+    assert len(problems) == 1 and "ACCELERATE_USE_CPU=true" in problems[0]
+
+
+def test_deepspeed_requested_by_training_arguments():
+    assert "ds.json" in D._deepspeed_requested(_Args(deepspeed="ds.json"))
+
+
+def test_skip_switch(clean_env):
+    clean_env.setenv(D.SKIP_ENV, "1")
+    assert D.check_launch(accelerator=None) == []
+
+
+def test_training_args_kwargs_on_cpu(clean_env):
+    assert D.training_args_kwargs({"output_dir": "o"})["use_cpu"] is True
+    assert D.training_args_kwargs(output_dir="o", use_cpu=False)["use_cpu"] is False  # explicit wins
+    out = D.training_args_kwargs(output_dir="o", fp16=True)
+    assert out["fp16"] is False and out["bf16"] is True
+    assert D.default_use_cpu() is True
+
+
+def test_training_args_kwargs_with_gpu(monkeypatch):
+    monkeypatch.setattr(D, "accelerator_available", lambda: True)
+    assert D.training_args_kwargs(output_dir="o", fp16=True) == {"output_dir": "o", "fp16": True}
+    assert D.default_use_cpu() is False
+
+
+def test_recipes_use_the_helper(monkeypatch):
+    from bitfit_hf.recipes.args import default_use_cpu
+
+    monkeypatch.setattr(D, "accelerator_available", lambda: False)
+    assert default_use_cpu() is True
+    monkeypatch.setattr(D, "accelerator_available", lambda: True)
+    assert default_use_cpu() is False
+
+
+# ---------------------------------------------------------------------------- DeepSpeed optimizer blocks
+@pytest.fixture
+def trainer(tmp_path, make_tiny):
+    from transformers import TrainingArguments
+
+    from bitfit_hf import BitFitConfig, BitFitTrainer
+
+    args = TrainingArguments(**D.training_args_kwargs(output_dir=str(tmp_path), report_to=[], learning_rate=1e-3,
+                                                      weight_decay=0.1))
+    return BitFitTrainer(make_tiny("bert", num_labels=2), args,
+                         bitfit_config=BitFitConfig(bias_learning_rate=1e-2, head_learning_rate=1e-3))
+
+
+def test_optimizer_block_gets_bitfit_groups(trainer):
+    from accelerate.utils import DummyOptim
+
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+    dummy = DummyOptim(params=list(trainable))
+    assert trainer.create_optimizer() is not None  # plain path still works
+    trainer.optimizer = dummy
+    assert trainer.create_optimizer() is dummy
+    groups = dummy.params
+    assert all(isinstance(g, dict) and "name" not in g for g in groups)
+    assert {id(p) for g in groups for p in g["params"]} == {id(p) for p in trainable}
+    by_lr = {(g["lr"], g["weight_decay"]) for g in groups}
+    assert (1e-2, 0.0) in by_lr and (1e-3, 0.1) in by_lr  # biases: own lr, no decay; head weight: decay
+
+
+def test_optimizer_block_over_other_parameters_is_refused(trainer):
+    from accelerate.utils import DummyOptim
+
+    frozen = next(p for p in trainer.model.parameters() if not p.requires_grad)
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+    with pytest.raises(D.LaunchError, match="differ from BitFit's selection"):
+        D.keep_bitfit_groups_in_deepspeed_optimizer(trainer, DummyOptim(params=trainable + [frozen]))
+
+
+def test_scheduler_block_with_group_lrs_is_refused(trainer, monkeypatch):
+    monkeypatch.setattr(D, "deepspeed_config", lambda t: {"scheduler": {"type": "WarmupLR"}, "optimizer": {}})
+    with pytest.raises(D.LaunchError, match="WarmupLR"):
+        D.check_deepspeed_optimizer(trainer)
+    monkeypatch.setattr(D, "_group_lrs", lambda t: [1e-3])
+    D.check_deepspeed_optimizer(trainer)  # one learning rate: a DeepSpeed scheduler is fine
+
+
+def test_single_process_launch_passes(trainer):
+    assert D.check_launch(trainer.accelerator, trainer.args) == []
+    assert D.launch_state(trainer.accelerator).num_processes == 1
