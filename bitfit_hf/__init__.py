@@ -23,6 +23,8 @@ _EXPORTS = {
     "BitFitState": "model",
     "apply_bitfit": "model",
     "get_bitfit_state": "model",
+    "MultiTaskModel": "multitask",
+    "MultiTaskOutput": "multitask",
     "ALL_ROLES": "roles",
     "PAPER_ROLES": "roles",
     "PRESETS": "roles",
@@ -55,6 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import BitFitConfig  # noqa: F401
     from .export import export_merged  # noqa: F401
     from .model import BitFitState, apply_bitfit, get_bitfit_state  # noqa: F401
+    from .multitask import MultiTaskModel, MultiTaskOutput  # noqa: F401
     from .roles import ALL_ROLES, PAPER_ROLES, PRESETS  # noqa: F401
     from .selection import Selection, resolve  # noqa: F401
     from .summary import TrainableSummary  # noqa: F401

@@ -1,0 +1,726 @@
+"""Training cost of BitFit against full fine-tuning, head-only, PEFT LoRA and PEFT BEFT.
+
+    python benchmarks/train_cost.py                 # the published table (tens of minutes on 2 cores)
+    python benchmarks/train_cost.py --quick         # seconds-to-minutes smoke run (the test suite runs it)
+    python benchmarks/train_cost.py --with-plain    # adds hand-written loops, to measure Trainer overhead
+
+Every configuration trains through ``BitFitTrainer`` (BitFit variants, head-only) or ``transformers.Trainer``
+(full fine-tuning, LoRA, BEFT) -- ``Trainer.train()`` as a user calls it, never a hand-written loop (the
+optional ``plain-*`` rows are the only exception, and exist to measure the Trainer's overhead).
+
+How it measures, and why (the machine is a shared 2-core CPU, so load from other processes is the main
+source of noise):
+
+* **Speed**: one subprocess per model builds every configuration and runs their ``Trainer.train()``
+  calls in threads that take turns, one optimizer step each (a callback passes a baton at the end of each
+  step; only the thread holding it runs). Round ``r`` is step ``r`` of every configuration, back to back,
+  in an order rotated every round, so background load hits all of them alike. A step is timed from the
+  moment its thread gets the baton to the end of its ``on_step_end``: data loading, forward, backward,
+  clipping, optimizer, scheduler, ``zero_grad`` and the Trainer's bookkeeping. Warm-up rounds are dropped.
+  ``samples/s`` is batch / median step time; ``speed vs full`` is the median over rounds of the paired
+  ratio (full step time / this step time), which cancels most of the load drift.
+* **Memory**: one fresh subprocess per configuration (and repetition): peak RSS (``VmHWM``) of the whole
+  process while it builds the model and trains ``--mem-steps`` steps, plus the training-only peak above the
+  loaded model (``VmHWM`` reset through ``/proc/self/clear_refs`` just before ``train()``). The same
+  modules are imported in every child, so the baselines are equal.
+* Each memory child also checks correctness: the loss is finite, the trainable parameters are exactly the
+  expected ones, they changed, and every frozen tensor is bit-identical after training.
+
+Results: a markdown table on stdout, ``--json PATH`` for everything measured, ``--markdown PATH`` for the
+table alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import hashlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from typing import Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+METHODS = ["full", "bitfit-all", "bitfit-paper", "frozen", "lora", "beft"]
+PLAIN_METHODS = ["plain-full", "plain-bitfit-all"]
+LABELS = {
+    "full": "full fine-tuning (Trainer)",
+    "bitfit-all": "BitFit `all` (BitFitTrainer)",
+    "bitfit-paper": "BitFit `paper-subset` (BitFitTrainer)",
+    "frozen": "frozen, head only (BitFitTrainer)",
+    "lora": "PEFT LoRA r=8 q,v bias=none (Trainer)",
+    "beft": "PEFT BEFT, value bias (Trainer)",
+    "bitfit-all-fused": "BitFit `all`, AdamW(fused=True) forced",
+    "bitfit-all-foreach": "BitFit `all`, AdamW(foreach=True) forced",
+    "plain-full": "full fine-tuning, hand loop",
+    "plain-bitfit-all": "BitFit `all`, hand loop",
+}
+LEARNING_RATES = {"full": 2e-5, "lora": 5e-4}  # others: 1e-3 (the BitFit paper's range)
+
+# name -> (description, batch, seq) defaults; --batch-size / --seq override.
+MODELS = {
+    "minilm": "all-MiniLM-L6-v2 (pretrained; 6 layers, hidden 384, 22.7M params)",
+    "bert-base": "random BERT-base shape (BertConfig(): 12 layers, hidden 768, 109.5M params)",
+    "tiny": "random tiny BERT (2 layers, hidden 64, vocab 1000)",
+}
+FULL_DEFAULTS = {"minilm": 32, "bert-base": 16, "tiny": 8}
+
+
+# --------------------------------------------------------------------------------------------------
+# building blocks (run inside the worker subprocesses)
+# --------------------------------------------------------------------------------------------------
+def _quiet() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import warnings
+
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore")
+    import logging
+
+    logging.getLogger("bitfit_hf").setLevel(logging.WARNING)
+    for name in ("accelerate", "deepspeed", "DeepSpeed"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _import_everything() -> None:
+    """The same imports in every child, so peak-RSS baselines are equal."""
+    import peft  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import bitfit_hf  # noqa: F401
+
+
+def build_model(name: str, seed: int = 0):
+    import torch
+    import transformers as T
+
+    torch.manual_seed(seed)
+    if name == "minilm":
+        from bitfit_hf.assets import minilm_path
+
+        model = T.AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=2)
+    elif name == "bert-base":
+        model = T.BertForSequenceClassification(T.BertConfig(num_labels=2))
+    elif name == "tiny":
+        cfg = T.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                           vocab_size=1000, num_labels=2)
+        model = T.BertForSequenceClassification(cfg)
+    else:
+        raise ValueError(f"unknown model {name!r}; choose from {sorted(MODELS)}")
+    return model
+
+
+class SyntheticDataset:
+    """Fixed random token ids (full length, no padding) and binary labels: speed does not depend on text."""
+
+    def __init__(self, n: int, seq: int, vocab: int, seed: int = 0):
+        import torch
+
+        g = torch.Generator().manual_seed(seed)
+        low = 1000 if vocab > 2000 else 5
+        self.ids = torch.randint(low, vocab, (n, seq), generator=g)
+        self.ids[:, 0] = 101 if vocab > 2000 else 1
+        self.labels = torch.randint(0, 2, (n,), generator=g)
+        self.mask = torch.ones(seq, dtype=torch.long)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "attention_mask": self.mask, "labels": self.labels[i]}
+
+
+def _training_args(method: str, batch: int, steps: int, out: str, extra: Optional[dict] = None):
+    import transformers as T
+
+    kwargs = dict(
+        output_dir=out,
+        per_device_train_batch_size=batch,
+        max_steps=steps,
+        learning_rate=LEARNING_RATES.get(method, 1e-3),
+        save_strategy="no",
+        eval_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=True,
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    kwargs.update(extra or {})
+    return T.TrainingArguments(**kwargs)
+
+
+def build_run(model_name: str, method: str, batch: int, seq: int, steps: int, out: str,
+              callbacks=(), args_extra: Optional[dict] = None):
+    """(model, trainer-or-None, dataset) for one configuration. ``plain-*`` methods get no trainer."""
+    import transformers as T
+
+    from bitfit_hf import BitFitConfig, BitFitTrainer, apply_bitfit
+
+    model = build_model(model_name)
+    data = SyntheticDataset(batch * steps, seq, model.config.vocab_size)
+    if method.startswith("plain-"):
+        if method == "plain-bitfit-all":
+            apply_bitfit(model, BitFitConfig(bias_terms="all"))
+        return model, None, data
+    args = _training_args(method, batch, steps, out, args_extra)
+    if method == "full":
+        trainer = T.Trainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks))
+    elif method in ("bitfit-all", "bitfit-paper", "frozen"):
+        terms = {"bitfit-all": "all", "bitfit-paper": "paper-subset", "frozen": "frozen"}[method]
+        trainer = BitFitTrainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks),
+                                bitfit_config=BitFitConfig(bias_terms=terms))
+    elif method in ("bitfit-all-fused", "bitfit-all-foreach"):  # diagnostics: the optimizer implementation
+        import torch
+
+        impl = {"fused": True} if method.endswith("fused") else {"foreach": True}
+        trainer = BitFitTrainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks),
+                                bitfit_config=BitFitConfig(bias_terms="all"),
+                                optimizer_cls_and_kwargs=(torch.optim.AdamW, impl))
+    elif method in ("lora", "beft"):
+        import peft
+
+        if method == "lora":
+            config = peft.LoraConfig(task_type="SEQ_CLS", r=8, lora_alpha=16, lora_dropout=0.1,
+                                     target_modules=["query", "value"], bias="none")
+        else:
+            if not hasattr(peft, "BeftConfig"):
+                raise RuntimeError(f"peft {peft.__version__} has no BeftConfig")
+            config = peft.BeftConfig(task_type="SEQ_CLS")
+        model = peft.get_peft_model(model, config)
+        trainer = T.Trainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks))
+    else:
+        raise ValueError(f"unknown method {method!r}")
+    return model, trainer, data
+
+
+def _plain_loop(model, data, batch: int, steps: int, on_step_end):
+    """A hand-written loop: what a user writes without Trainer (AdamW defaults, clipping, zero_grad)."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    lr = LEARNING_RATES.get("full", 1e-3) if len(params) == len(list(model.parameters())) else 1e-3
+    optimizer = torch.optim.AdamW(params, lr=lr)
+    loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=True)
+    model.train()
+    for step, inputs in enumerate(loader):
+        if step >= steps:
+            break
+        loss = model(**inputs).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        on_step_end(loss)
+
+
+def _trainable(model) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def _optimizer_state_bytes(optimizer) -> int:
+    import torch
+
+    inner = getattr(optimizer, "optimizer", optimizer)
+    total = 0
+    for state in inner.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                total += value.numel() * value.element_size()
+    return total
+
+
+def _proc_status(key: str) -> int:
+    """A ``/proc/self/status`` field in bytes (``VmRSS``, ``VmHWM``)."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _digests(model) -> Dict[str, str]:
+    """Per-tensor digest of every parameter's bytes (no copy: hashes the buffer in place)."""
+    out = {}
+    for name, param in model.named_parameters():
+        array = param.detach().contiguous().numpy()
+        out[name] = hashlib.blake2b(memoryview(array).cast("B"), digest_size=16).hexdigest()
+    return out
+
+
+def _dir_file_size(path: str, names) -> int:
+    for name in names:
+        full = os.path.join(path, name)
+        if os.path.isfile(full):
+            return os.path.getsize(full)
+    return -1
+
+
+# --------------------------------------------------------------------------------------------------
+# worker: memory (+ correctness), one configuration per process
+# --------------------------------------------------------------------------------------------------
+def memory_worker(model_name: str, method: str, batch: int, seq: int, steps: int) -> dict:
+    _quiet()
+    _import_everything()
+    import torch
+
+    losses: List[float] = []
+    with tempfile.TemporaryDirectory(prefix="bitfit_bench_") as tmp:
+        model, trainer, data = build_run(model_name, method, batch, seq, steps, os.path.join(tmp, "run"))
+        before = _digests(model)
+        trained_names = {n for n, p in model.named_parameters() if p.requires_grad}
+        gc.collect()
+        rss_loaded = _proc_status("VmRSS")
+        peak_before = _proc_status("VmHWM")
+        reset = _reset_peak_rss()
+        start = time.perf_counter()
+        if trainer is None:
+            _plain_loop(model, data, batch, steps, lambda loss: losses.append(float(loss)))
+            optimizer_bytes = None
+        else:
+            out = trainer.train()
+            losses.append(float(out.training_loss))
+            optimizer_bytes = _optimizer_state_bytes(trainer.optimizer)
+        elapsed = time.perf_counter() - start
+        peak_train = _proc_status("VmHWM")
+        peak = max(peak_before, peak_train)
+
+        after = _digests(model)
+        changed = sorted(n for n in before if before[n] != after[n])
+        frozen_changed = [n for n in changed if n not in trained_names]
+        trained_changed = [n for n in changed if n in trained_names]
+
+        adapter_bytes = -1
+        save_dir = os.path.join(tmp, "saved")
+        if trainer is not None:
+            if method == "full":
+                model.save_pretrained(save_dir)
+                adapter_bytes = _dir_file_size(save_dir, ["model.safetensors"])
+            elif method in ("lora", "beft"):
+                model.save_pretrained(save_dir)
+                adapter_bytes = _dir_file_size(save_dir, ["adapter_model.safetensors"])
+            else:
+                trainer.save_model(save_dir)
+                adapter_bytes = _dir_file_size(save_dir, ["adapter_model.safetensors"])
+    return {
+        "model": model_name,
+        "method": method,
+        "batch": batch,
+        "seq": seq,
+        "steps": steps,
+        "threads": torch.get_num_threads(),
+        "optim": str(trainer.args.optim.value if hasattr(trainer.args.optim, "value") else trainer.args.optim)
+        if trainer is not None else "torch.optim.AdamW()",
+        "total_params": sum(p.numel() for p in model.parameters()),
+        "trainable_params": _trainable(model),
+        "optimizer_state_bytes": optimizer_bytes,
+        "adapter_bytes": adapter_bytes,
+        "rss_loaded_bytes": rss_loaded,
+        "peak_rss_bytes": peak,
+        "train_peak_above_loaded_bytes": (peak_train - rss_loaded) if reset else None,
+        "peak_reset_supported": reset,
+        "train_seconds": elapsed,
+        "loss": losses[-1] if losses else float("nan"),
+        "loss_finite": all(l == l and abs(l) != float("inf") for l in losses) and bool(losses),
+        "frozen_changed": frozen_changed[:5],
+        "n_frozen_changed": len(frozen_changed),
+        "n_trained": len(trained_names),
+        "n_trained_changed": len(trained_changed),
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# worker: speed, every configuration of one model in one process, taking turns step by step
+# --------------------------------------------------------------------------------------------------
+class Baton:
+    """Round-robin turns between named runners; the order rotates by one every round."""
+
+    def __init__(self, names: List[str]):
+        self.cond = threading.Condition()
+        self.base = list(names)
+        self.done: set = set()
+        self.round = 0
+        self.queue: deque = deque(self.base)
+        self.log: List[tuple] = []  # (round, name) in the order steps ran
+
+    def _refill(self) -> None:
+        while not self.queue:
+            active = [n for n in self.base if n not in self.done]
+            if not active:
+                return
+            self.round += 1
+            shift = self.round % len(active)
+            self.queue.extend(active[shift:] + active[:shift])
+
+    def wait(self, name: str) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.queue and self.queue[0] == name)
+
+    def release(self, name: str, finished: bool = False) -> None:
+        with self.cond:
+            if finished:
+                self.done.add(name)
+                if name in self.queue:
+                    self.queue.remove(name)
+            elif self.queue and self.queue[0] == name:
+                self.log.append((self.round, name))
+                self.queue.popleft()
+            self.queue = deque(n for n in self.queue if n not in self.done)
+            self._refill()
+            self.cond.notify_all()
+
+
+def speed_worker(model_name: str, methods: List[str], batch: int, seq: int, steps: int) -> dict:
+    _quiet()
+    _import_everything()
+    import torch
+    import transformers as T
+
+    baton = Baton(methods)
+    times: Dict[str, List[float]] = {m: [] for m in methods}
+    errors: Dict[str, str] = {}
+    runs = {}
+
+    class TakeTurns(T.TrainerCallback):
+        def __init__(self, name):
+            self.name = name
+            self.start = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            baton.wait(self.name)
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            times[self.name].append(time.perf_counter() - self.start)
+            baton.release(self.name)
+            baton.wait(self.name)
+            self.start = time.perf_counter()
+
+    tmp = tempfile.mkdtemp(prefix="bitfit_bench_speed_")
+    for method in methods:
+        callback = TakeTurns(method)
+        model, trainer, data = build_run(model_name, method, batch, seq, steps, os.path.join(tmp, method),
+                                         callbacks=[callback])
+        runs[method] = (model, trainer, data, callback)
+
+    def run(method):
+        model, trainer, data, callback = runs[method]
+        try:
+            if trainer is not None:
+                trainer.train()
+            else:
+                callback.on_train_begin(None, None, None)
+                _plain_loop(model, data, batch, steps, lambda loss: callback.on_step_end(None, None, None))
+        except BaseException as err:  # report, and never leave the others waiting
+            errors[method] = f"{type(err).__name__}: {err}"
+        finally:
+            baton.release(method, finished=True)
+
+    threads = [threading.Thread(target=run, args=(m,), name=f"bench-{m}") for m in methods]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"model": model_name, "methods": methods, "batch": batch, "seq": seq, "steps": steps,
+            "threads": torch.get_num_threads(), "times": times, "errors": errors,
+            "order": baton.log}
+
+
+# --------------------------------------------------------------------------------------------------
+# parent: run the workers, aggregate, print
+# --------------------------------------------------------------------------------------------------
+def _run_worker(argv: List[str], timeout: Optional[float]) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), *argv]
+    env = dict(os.environ)
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"worker {' '.join(argv)} printed no RESULT line:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+def _loadavg() -> List[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def machine_info() -> dict:
+    import peft
+    import torch
+    import transformers
+
+    model = platform.processor() or platform.machine()
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return {
+        "cpu": model,
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def aggregate(speed: dict, memory: Dict[str, List[dict]], warmup: int) -> Dict[str, dict]:
+    rows = {}
+    times = speed["times"]
+    base = "full" if "full" in times else None
+    for method in speed["methods"]:
+        steps = times.get(method, [])[warmup:]
+        row = {"method": method, "measured_steps": len(steps)}
+        if steps:
+            med = statistics.median(steps)
+            row["step_seconds"] = med
+            row["samples_per_s"] = speed["batch"] / med
+            row["step_seconds_all"] = [round(s, 4) for s in steps]
+        if base and steps and times.get(base):
+            full = times[base][warmup:]
+            pairs = [f / m for f, m in zip(full, steps)]
+            row["speed_vs_full"] = statistics.median(pairs) if pairs else None
+        mems = memory.get(method, [])
+        if mems:
+            row["peak_rss_bytes"] = _median([m["peak_rss_bytes"] for m in mems])
+            row["peak_rss_bytes_all"] = [m["peak_rss_bytes"] for m in mems]
+            row["train_peak_above_loaded_bytes"] = _median([m["train_peak_above_loaded_bytes"] for m in mems])
+            for key in ("trainable_params", "total_params", "optimizer_state_bytes", "adapter_bytes", "optim"):
+                row[key] = mems[0][key]
+            row["checks"] = all(_check(m) == [] for m in mems)
+            row["check_failures"] = sorted({f for m in mems for f in _check(m)})
+        rows[method] = row
+    if base and base in rows and rows[base].get("peak_rss_bytes"):
+        for row in rows.values():
+            if row.get("peak_rss_bytes"):
+                row["memory_vs_full"] = row["peak_rss_bytes"] / rows[base]["peak_rss_bytes"]
+    return rows
+
+
+def _check(m: dict) -> List[str]:
+    """Correctness of one memory run: the list of failures (empty: fine)."""
+    failures = []
+    if not m["loss_finite"]:
+        failures.append("loss not finite")
+    if m["n_frozen_changed"]:
+        failures.append(f"frozen tensors changed: {m['frozen_changed']}")
+    if m["n_trained_changed"] == 0:
+        failures.append("no trainable tensor changed")
+    if "full" not in m["method"] and m["trainable_params"] >= m["total_params"]:
+        failures.append("everything is trainable")
+    return failures
+
+
+def _mb(x) -> str:
+    return "-" if x is None else f"{x / 2**20:,.0f} MB"
+
+
+def _size(x) -> str:
+    if x is None or x < 0:
+        return "-"
+    if x >= 2**20:
+        return f"{x / 2**20:,.1f} MB"
+    return f"{x / 2**10:,.1f} KB"
+
+
+def markdown_table(model_name: str, rows: Dict[str, dict], batch: int, seq: int) -> str:
+    lines = [
+        f"**{MODELS[model_name]}**, batch {batch}, sequence {seq}",
+        "",
+        "| configuration | trainable params | samples/s | speed vs full | peak RSS | vs full | training peak above loaded model | optimizer state | adapter / checkpoint file |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for method, row in rows.items():
+        trainable = row.get("trainable_params")
+        total = row.get("total_params")
+        tp = "-" if trainable is None else f"{trainable:,} ({100 * trainable / total:.3g}%)"
+        sps = row.get("samples_per_s")
+        speed = "-" if row.get("speed_vs_full") is None else f"{row['speed_vs_full']:.2f}x"
+        mem = "-" if row.get("memory_vs_full") is None else f"{row['memory_vs_full']:.2f}x"
+        lines.append(
+            f"| {LABELS.get(method, method)} | {tp} | {'-' if sps is None else f'{sps:.2f}'} | "
+            f"{speed} | "
+            f"{_mb(row.get('peak_rss_bytes'))} | "
+            f"{mem} | "
+            f"{_mb(row.get('train_peak_above_loaded_bytes'))} | {_size(row.get('optimizer_state_bytes'))} | "
+            f"{_size(row.get('adapter_bytes'))} |"
+        )
+    return "\n".join(lines)
+
+
+TARGETS = {  # model -> (min speed vs full, max memory vs full)
+    "minilm": (1.40, 0.85),
+    "bert-base": (1.40, 0.65),
+}
+
+
+def target_lines(model_name: str, rows: Dict[str, dict]) -> List[str]:
+    if model_name not in TARGETS or "bitfit-all" not in rows:
+        return []
+    speed_min, mem_max = TARGETS[model_name]
+    b = rows["bitfit-all"]
+    out = []
+    if b.get("speed_vs_full") is not None:
+        ok = b["speed_vs_full"] >= speed_min
+        out.append(f"- BitFit `all` speed vs full: {b['speed_vs_full']:.2f}x (target >= {speed_min:.2f}x): {'met' if ok else 'NOT met'}")
+    if "lora" in rows and rows["lora"].get("speed_vs_full") and b.get("speed_vs_full"):
+        ratio = b["speed_vs_full"] / rows["lora"]["speed_vs_full"]
+        out.append(f"- BitFit `all` vs LoRA r=8 speed: {ratio:.2f}x (target >= 1.00x): {'met' if ratio >= 1.0 else 'NOT met'}")
+    if b.get("memory_vs_full") is not None:
+        ok = b["memory_vs_full"] <= mem_max
+        out.append(f"- BitFit `all` peak memory vs full: {b['memory_vs_full']:.2f}x (target <= {mem_max:.2f}x): {'met' if ok else 'NOT met'}")
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny random BERT + MiniLM at sequence 32, batch 4, 1 warm-up + 2 rounds")
+    parser.add_argument("--models", default=None, help="comma list of: " + ", ".join(MODELS))
+    parser.add_argument("--methods", default=None, help="comma list of: " + ", ".join(METHODS + PLAIN_METHODS))
+    parser.add_argument("--with-plain", action="store_true", help="add hand-written loops (plain-full, plain-bitfit-all)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: 32 MiniLM, 16 BERT-base")
+    parser.add_argument("--seq", type=int, default=None, help="sequence length (default 128; 32 with --quick)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up rounds dropped (default 2)")
+    parser.add_argument("--rounds", type=int, default=None, help="measured rounds (default 8)")
+    parser.add_argument("--mem-steps", type=int, default=None, help="steps per memory child (default 3)")
+    parser.add_argument("--mem-reps", type=int, default=None, help="memory children per configuration (default 2)")
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--json", default=None, help="write everything measured to this file")
+    parser.add_argument("--markdown", default=None, help="write the tables to this file")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per worker process")
+    parser.add_argument("--worker", choices=["speed", "memory"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker-model", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-methods", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-steps", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.worker:
+        methods = args.worker_methods.split(",")
+        if args.worker == "memory":
+            result = memory_worker(args.worker_model, methods[0], args.batch_size, args.seq, args.worker_steps)
+        else:
+            result = speed_worker(args.worker_model, methods, args.batch_size, args.seq, args.worker_steps)
+        print("RESULT " + json.dumps(result))
+        return 0
+
+    quick = args.quick
+    models = (args.models or ("tiny,minilm" if quick else "minilm,bert-base")).split(",")
+    methods = (args.methods or ",".join(METHODS)).split(",")
+    if args.with_plain:
+        methods += [m for m in PLAIN_METHODS if m not in methods]
+    try:
+        import peft
+
+        if not hasattr(peft, "BeftConfig") and "beft" in methods:
+            print(f"note: peft {peft.__version__} has no BEFT; skipping it", file=sys.stderr)
+            methods.remove("beft")
+    except ImportError:
+        methods = [m for m in methods if m not in ("lora", "beft")]
+    seq = args.seq or (32 if quick else 128)
+    warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
+    rounds = args.rounds if args.rounds is not None else (2 if quick else 8)
+    mem_steps = args.mem_steps or (2 if quick else 3)
+    mem_reps = args.mem_reps or (1 if quick else 2)
+
+    info = machine_info()
+    info["command"] = "python benchmarks/train_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    info["load_before"] = _loadavg()
+    print(f"# train_cost: {info['cpu']}, {info['cpus']} CPUs, torch {info['torch']} ({info['torch_threads']} threads), "
+          f"transformers {info['transformers']}, peft {info['peft']}; load {info['load_before']}", flush=True)
+    results = {"machine": info, "models": {}}
+    tables = []
+    for model_name in models:
+        batch = args.batch_size or (4 if quick else FULL_DEFAULTS[model_name])
+        common = ["--worker-model", model_name, "--batch-size", str(batch), "--seq", str(seq)]
+        speed = {"methods": methods, "times": {}, "batch": batch, "errors": {}}
+        t0 = time.time()
+        if not args.skip_speed:
+            load = _loadavg()
+            speed = _run_worker(["--worker", "speed", *common, "--worker-methods", ",".join(methods),
+                                 "--worker-steps", str(warmup + rounds)], args.timeout)
+            speed["load"] = [load, _loadavg()]
+            if speed["errors"]:
+                raise RuntimeError(f"speed run failed: {speed['errors']}")
+            print(f"  {model_name}: speed done in {time.time() - t0:.0f} s, load {speed['load']}", flush=True)
+        memory: Dict[str, List[dict]] = {m: [] for m in methods}
+        if not args.skip_memory:
+            t0 = time.time()
+            for rep in range(mem_reps):
+                order = methods[rep % len(methods):] + methods[: rep % len(methods)]
+                for method in order:
+                    memory[method].append(_run_worker(["--worker", "memory", *common, "--worker-methods", method,
+                                                       "--worker-steps", str(mem_steps)], args.timeout))
+            print(f"  {model_name}: memory done in {time.time() - t0:.0f} s", flush=True)
+        rows = aggregate(speed, memory, warmup)
+        results["models"][model_name] = {"batch": batch, "seq": seq, "warmup": warmup, "rounds": rounds,
+                                         "mem_steps": mem_steps, "mem_reps": mem_reps,
+                                         "speed_load": speed.get("load"), "rows": rows,
+                                         "raw_speed": speed, "raw_memory": memory}
+        table = markdown_table(model_name, rows, batch, seq)
+        lines = target_lines(model_name, rows)
+        tables.append(table + ("\n\n" + "\n".join(lines) if lines else ""))
+        print("\n" + tables[-1] + "\n", flush=True)
+    info["load_after"] = _loadavg()
+    footer = (f"Machine: {info['cpu']} ({info['cpus']} CPUs, {info['torch_threads']} torch threads); "
+              f"Python {info['python']}, torch {info['torch']}, transformers {info['transformers']}, "
+              f"peft {info['peft']}; {info['date']}; load average before {info['load_before']}, "
+              f"after {info['load_after']}.\nCommand: `{info['command'].strip()}`\n")
+    print(footer, flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as handle:
+            handle.write("\n\n".join(tables) + "\n" + footer + "\n")
+    failures = {f"{mn}/{m}": r["check_failures"] for mn, res in results["models"].items()
+                for m, r in res["rows"].items() if r.get("check_failures")}
+    if failures:
+        print(f"CORRECTNESS FAILURES: {failures}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
