@@ -37,6 +37,7 @@ def parse(argv=None):
     p.add_argument("--bias-lr", type=float, default=2e-2)
     p.add_argument("--head-lr", type=float, default=5e-3)
     p.add_argument("--no-helper", action="store_true", help="build TrainingArguments without training_args_kwargs")
+    p.add_argument("--add-missing-biases", action="store_true", help="for bias-less bases (LLaMA): add zero biases")
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1)  # the deepspeed launcher passes it
     return p.parse_args(argv)
 
@@ -99,7 +100,8 @@ def main(argv=None) -> int:
         model,
         args,
         train_dataset=data,
-        bitfit_config=BitFitConfig(bias_learning_rate=a.bias_lr, head_learning_rate=a.head_lr),
+        bitfit_config=BitFitConfig(bias_learning_rate=a.bias_lr, head_learning_rate=a.head_lr,
+                                   add_missing_biases=a.add_missing_biases),
     )
     from transformers import TrainerCallback
 

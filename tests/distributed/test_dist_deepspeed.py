@@ -79,3 +79,14 @@ def test_zero3_resume_from_checkpoint(zero3_run):
     assert diff == 0.0, diff
     H.record("deepspeed zero3 resume from checkpoint-2", {"max_abs_diff_vs_uninterrupted": diff,
                                                          "launch_seconds": round(resumed.seconds, 1)})
+
+
+def test_zero3_llama_with_added_biases():
+    """A bias-less architecture (LLaMA) under ZeRO-3 built partitioned: BitFit adds zero biases (native on
+    Linear, a forward hook on RMSNorm) to partitioned modules, trains them like one process does, and saves an
+    adapter that a stock LLaMA loads (the biases are added again on load) with the same logits."""
+    port = H.free_port()
+    run = H.launch("zero3_llama", [H.accelerate_cmd("cpu_deepspeed_zero3.yaml", port, kind="llama")], port=port)
+    numbers = H.verify_run(run, world_size=2, distributed_type="DEEPSPEED", zero_stage=3, kind="llama")
+    assert numbers["built_partitioned"] is True
+    H.record("deepspeed zero3 llama + added biases (cpu_deepspeed_zero3.yaml)", numbers)
