@@ -287,18 +287,42 @@ def download_adapter(
                                       force_download=force_download, **common)
         directory = os.path.dirname(weights)
         commit = _commit_of(weights) or revision or ""
-        for name in ADAPTER_FILES[1:]:
-            try:
-                hf_hub_download(repo_id, name, revision=commit or revision, local_files_only=local_files_only,
-                                force_download=force_download, **common)
-            except Exception as err:  # noqa: BLE001 - optional files: the weights embed the config
-                if _translate(err, "download", repo_id, revision, local_files_only) is None and not isinstance(err, OSError):
-                    raise
-                logger.debug("%s has no %s at %s (%s); continuing.", repo_id, name, commit, type(err).__name__)
+        _fetch_optional_files(repo_id, commit or revision, subfolder, cache_dir, token, local_files_only,
+                              force_download, common)
     logger.info("Adapter %s%s resolved to commit %s", repo_id, f"@{revision}" if revision else "", commit)
     if local_dir:
         directory = _copy_adapter(directory, local_dir)
     return directory, commit
+
+
+def _fetch_optional_files(repo_id, revision, subfolder, cache_dir, token, local_files_only, force_download, common):
+    """The adapter files besides the weights (the weights embed the config, so each is optional).
+
+    Cached files are used as they are; otherwise one quick HEAD (no retries) decides: a missing file
+    is skipped, and a connection failure stops further attempts, so a pull with the network down
+    and the weights cached never waits on the client's retry back-off.
+    """
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url, try_to_load_from_cache
+
+    online = not (local_files_only or _offline())
+    for name in ADAPTER_FILES[1:]:
+        path_in_repo = f"{subfolder.strip('/')}/{name}" if subfolder else name
+        if not force_download:
+            cached = try_to_load_from_cache(repo_id, path_in_repo, cache_dir=cache_dir, revision=revision)
+            if cached is not None:  # a path, or the marker of a file known not to exist
+                continue
+        if not online:
+            continue
+        try:
+            get_hf_file_metadata(hf_hub_url(repo_id, path_in_repo, revision=revision), token=token)
+            hf_hub_download(repo_id, name, revision=revision, force_download=force_download, **common)
+        except Exception as err:  # noqa: BLE001 - optional files: the weights embed the config
+            translated = _translate(err, "download", repo_id, revision)
+            if translated is None and not isinstance(err, OSError):
+                raise
+            if isinstance(translated, HubConnectionError):
+                online = False
+            logger.debug("%s: no %s at %s (%s); continuing.", repo_id, name, revision, type(err).__name__)
 
 
 def _commit_of(path: str) -> Optional[str]:

@@ -26,7 +26,9 @@ def make_base(path: str, seed: int = 0, num_labels: int = 2) -> str:
 
 
 def load_base(path: str, num_labels: int = 2):
-    return BertForSequenceClassification.from_pretrained(path, num_labels=num_labels).eval()
+    """The stock base; another label count re-initialises its head (the adapter carries the head)."""
+    return BertForSequenceClassification.from_pretrained(path, num_labels=num_labels,
+                                                         ignore_mismatched_sizes=num_labels != 2).eval()
 
 
 def fake_trained(base_path: str, seed: int = 1, num_labels: int = 2, scale: float = 0.05, bias_terms="all"):
