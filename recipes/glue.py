@@ -43,6 +43,7 @@ from bitfit_hf.tasks.classification import (
     check_texts,
     encode_labels,
     get_task,
+    is_fully_labelled,
     make_compute_metrics,
     make_tokenize_function,
     read_glue_native,
@@ -200,11 +201,8 @@ def main(argv=None):
             dataset = features.get(f"test{suffix}")
             if dataset is None:
                 continue
-            labelled = "label" in dataset.column_names and not (
-                label_spec.is_regression and np.isnan(np.asarray(dataset["label"], dtype=float)).any()
-            ) and (label_spec.is_regression or min(dataset["label"]) >= 0)
-            if not labelled and "label" in dataset.column_names:
-                dataset = dataset.remove_columns("label")
+            if "label" in dataset.column_names and not is_fully_labelled(dataset, label_spec):
+                dataset = dataset.remove_columns("label")  # GLUE test splits: label -1, predictions only
             output = trainer.predict(dataset, metric_key_prefix="predict")
             logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
             predictions = np.squeeze(logits, -1) if label_spec.is_regression else np.argmax(logits, axis=-1)

@@ -206,9 +206,9 @@ class BitFitArguments:
 def default_use_cpu() -> bool:
     """Whether ``TrainingArguments.use_cpu`` should default to True: no accelerator is present.
 
-    The single place where the recipes decide this. Multi-process CPU launches need it: with
-    ``use_cpu=False`` each rank trains alone (see the distributed notes). When the library gains a
-    backend-selection helper (``bitfit_hf.distributed``), it takes over here.
+    The single place where the recipes decide this; it delegates to the library's backend selection
+    (:func:`bitfit_hf.distributed.default_use_cpu`). Multi-process CPU launches need it: with
+    ``use_cpu=False`` each rank trains alone (see the distributed notes).
     """
     from ..distributed import default_use_cpu as _default_use_cpu
 

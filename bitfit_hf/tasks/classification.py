@@ -27,6 +27,7 @@ __all__ = [
     "resolve_text_columns",
     "resolve_label_spec",
     "encode_labels",
+    "is_fully_labelled",
     "check_texts",
     "make_tokenize_function",
     "make_compute_metrics",
@@ -244,6 +245,14 @@ def encode_labels(dataset, split: str, label_column: str, spec: LabelSpec, allow
 
     feature = datasets.Value("float32") if spec.is_regression else datasets.Value("int64")
     return dataset.add_column("label", encoded, feature=feature)
+
+
+def is_fully_labelled(dataset, spec: LabelSpec) -> bool:
+    """Whether every row of an encoded split has a real label (not -1 / NaN), so it can be scored."""
+    if "label" not in dataset.column_names or len(dataset) == 0:
+        return False
+    labels = np.asarray(dataset["label"], dtype=float)
+    return bool(np.isfinite(labels).all() if spec.is_regression else (labels >= 0).all())
 
 
 def check_texts(dataset, split: str, keys: Sequence[Optional[str]]) -> None:

@@ -37,6 +37,16 @@ def run(recipe: str, tmp_path: Path, *argv: str):
 # --------------------------------------------------------------------------- glue
 
 
+def test_glue_task_from_an_unreachable_hub(tmp_path, monkeypatch):
+    import datasets
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import: patch, no retries
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    with pytest.raises(RecipeError, match=r"(?s)could not load the dataset 'nyu-mll/glue' \(rte\) from the Hub.*--train_file"):
+        run("glue", tmp_path, "--task_name", "rte")
+
+
 def test_glue_unknown_task(tmp_path):
     train = write(tmp_path / "train.csv", "sentence,label\ngood,1\nbad,0\n")
     with pytest.raises(RecipeError, match="unknown task 'sst3'; GLUE tasks: cola, sst2"):

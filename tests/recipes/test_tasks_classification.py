@@ -15,6 +15,7 @@ from bitfit_hf.tasks.classification import (
     canonicalize_glue_columns,
     encode_labels,
     get_task,
+    is_fully_labelled,
     make_compute_metrics,
     read_glue_native,
     resolve_label_spec,
@@ -61,6 +62,14 @@ def test_unlabelled_test_split_is_allowed_only_for_prediction():
     assert encode_labels(data, "test", "label", spec, allow_unlabeled=True)["label"] == [-1]
     with pytest.raises(RecipeError):
         encode_labels(data, "train", "label", spec)
+
+
+def test_fully_labelled():
+    spec = LabelSpec(["a", "b"])
+    assert is_fully_labelled(ds(label=[0, 1]), spec)
+    assert not is_fully_labelled(ds(label=[0, -1]), spec)
+    assert not is_fully_labelled(ds(text=["x"]), spec)
+    assert not is_fully_labelled(ds(label=[0.5, float("nan")]), LabelSpec([], is_regression=True))
 
 
 def test_custom_label_set_from_training_data():
