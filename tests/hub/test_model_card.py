@@ -16,6 +16,7 @@ import transformers as T
 import yaml
 
 from bitfit_hf import BitFitAdapter, BitFitConfig, apply_bitfit
+from hub_test_support import hf_home, hub_server, hub_server_factory, run, snippet  # noqa: F401 - fixtures
 from bitfit_hf.heatmap import BiasChange, bias_change, classify, read_checkpoint_biases, snapshot_biases
 from bitfit_hf.model_card import (
     BITFIT_CITATION,
@@ -266,15 +267,16 @@ VALIDATE = """
 from huggingface_hub import ModelCard
 card = ModelCard.load(README)
 card.validate()
-bad = ModelCard("---\\nlicense: [unclosed\\n---\\n# x\\n")
+class Broken(ModelCard):
+    def __str__(self):
+        return "---\\nlicense: [unclosed\\n---\\n# x\\n"
+bad = Broken("# x\\n")
 result = {"broken": catch(bad.validate)}
 """
 
 
 @pytest.mark.hub
 def test_card_passes_modelcard_validate_on_the_test_hub(tmp_path, hub_server, hf_home):
-    from hub_test_support import run, snippet
-
     card, _ = card_for(eval_results={"eval_accuracy": 0.9}, dataset="nyu-mll/glue", license="apache-2.0")
     card.save(str(tmp_path / "README.md"))
     out = run(snippet(VALIDATE, README=str(tmp_path / "README.md")), hub_server, hf_home).value
