@@ -25,6 +25,7 @@ from bitfit_hf.recipes import DataArguments, RecipeDefaults, parse_recipe_args
 from bitfit_hf.recipes.data import load_raw_datasets, require_split, select_samples
 from bitfit_hf.recipes.run import (
     cli_entry,
+    evaluate_before_training,
     evaluate_sets,
     load_config,
     load_model,
@@ -185,7 +186,7 @@ def main(argv=None):
     # 7. Evaluate the untrained model, train, evaluate again.
     init_metrics = {}
     if training_args.do_eval and training_args.do_train and bitfit_args.eval_before_training:
-        init_metrics = evaluate_sets(trainer, eval_sets, prefix="init_eval")
+        init_metrics = evaluate_before_training(trainer, lambda: evaluate_sets(trainer, eval_sets, prefix="init_eval"))
     if training_args.do_train:
         train_and_save(trainer, training_args, len(features["train"]))
     if training_args.do_eval:

@@ -29,6 +29,7 @@ from bitfit_hf.recipes.data import load_raw_datasets, require_split, select_samp
 from bitfit_hf.recipes.run import (
     adapter_label_names,
     cli_entry,
+    evaluate_before_training,
     evaluate_sets,
     load_config,
     load_model,
@@ -175,7 +176,9 @@ def main(argv=None):
     # 7. Evaluate the untrained model, train, evaluate again.
     init_metrics = {}
     if training_args.do_eval and training_args.do_train and bitfit_args.eval_before_training:
-        init_metrics = evaluate_sets(trainer, {"": features["validation"]}, prefix="init_eval")
+        init_metrics = evaluate_before_training(
+            trainer, lambda: evaluate_sets(trainer, {"": features["validation"]}, prefix="init_eval")
+        )
     if training_args.do_train:
         train_and_save(trainer, training_args, len(features["train"]))
     if training_args.do_eval:

@@ -25,6 +25,7 @@ from bitfit_hf.recipes import DataArguments, RecipeDefaults, parse_recipe_args
 from bitfit_hf.recipes.data import load_raw_datasets, require_split, select_samples
 from bitfit_hf.recipes.run import (
     cli_entry,
+    evaluate_before_training,
     load_config,
     load_model,
     load_tokenizer,
@@ -169,7 +170,7 @@ def main(argv=None):
     # 6. Evaluate the untrained model, train, evaluate again.
     init_metrics = {}
     if training_args.do_eval and training_args.do_train and bitfit_args.eval_before_training:
-        init_metrics = trainer.evaluate(metric_key_prefix="init_eval")
+        init_metrics = evaluate_before_training(trainer, lambda: trainer.evaluate(metric_key_prefix="init_eval"))
     if training_args.do_train:
         train_and_save(trainer, training_args, len(examples["train"]))
     if training_args.do_eval:

@@ -41,6 +41,7 @@ __all__ = [
     "maybe_load_adapter",
     "adapter_label_names",
     "evaluate_sets",
+    "evaluate_before_training",
     "train_and_save",
     "save_metrics",
     "write_trainable_summary",
@@ -228,6 +229,38 @@ def evaluate_sets(trainer, eval_sets: Dict[str, Any], prefix: str = "eval") -> D
         result = trainer.evaluate(eval_dataset=dataset, metric_key_prefix=prefix)
         metrics.update({f"{k}{suffix}": v for k, v in result.items()})
     return metrics
+
+
+class _EvaluateAtTrainBegin:
+    """A callback that runs the untrained-model evaluation once, when training begins."""
+
+    def __init__(self, run: Callable[[], Dict[str, float]]):
+        self.run = run
+        self.metrics: Dict[str, float] = {}
+        self.done = False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not self.done:
+            self.done = True
+            self.metrics.update(self.run())
+        return control
+
+
+def evaluate_before_training(trainer, run: Callable[[], Dict[str, float]]) -> Dict[str, float]:
+    """The untrained model's metrics (``init_eval_*``); ``run`` evaluates, e.g.
+    ``lambda: evaluate_sets(trainer, sets, "init_eval")``.
+
+    Under DeepSpeed the engine is only built inside ``train()``, and evaluating first would build an
+    inference engine that training cannot reuse: there the evaluation runs as the first thing of
+    ``train()`` (a callback at train begin), and the returned dict is filled in then.
+    """
+    if not getattr(trainer, "is_deepspeed_enabled", False):
+        return run()
+    from transformers import TrainerCallback
+
+    callback = type("EvaluateAtTrainBegin", (_EvaluateAtTrainBegin, TrainerCallback), {})(run)
+    trainer.add_callback(callback)
+    return callback.metrics
 
 
 def _resume_checkpoint(training_args) -> Optional[Any]:
