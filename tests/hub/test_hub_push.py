@@ -147,29 +147,38 @@ result = {
     "other_namespace": catch(push_adapter_to_hub, adapter, "tester/errors", token=OTHER),
     "anonymous": catch(push_adapter_to_hub, adapter, "tester/errors", token=False),
 }
+# another push lands between our comparison and our commit: the stale parent commit is refused
+import bitfit_hf.hub as hub
+compare = hub._remote_files
+hub._remote_files = lambda api, repo_id, revision: (STALE_HEAD, compare(api, repo_id, revision)[1])
+result["conflict"] = catch(push_adapter_to_hub, adapter, "tester/errors", token=TOKEN)
+hub._remote_files = compare
 """
 
 
 def test_push_errors_are_clear_and_commit_nothing(hub_server_factory, hf_home, tmp_path, tiny_base_dir):
     server = hub_server_factory()
-    server.create_repo("tester/errors")
+    stale_head = server.create_repo("tester/errors")
+    server.commit_files("tester/errors", {"notes.md": b"someone else's commit\n"})
     before = [c.oid for c in server.commits("tester/errors")]
-    out = run(snippet(PUSH_ERRORS, BASE=tiny_base_dir, OTHER=OTHER_TOKEN), server, hf_home, token=None,
+    out = run(snippet(PUSH_ERRORS, BASE=tiny_base_dir, OTHER=OTHER_TOKEN, TOKEN=DEFAULT_TOKEN, STALE_HEAD=stale_head),
+              server, hf_home, token=None,
               extra={"TMPDIR": str(tmp_path)}).value
     assert_clean_error(out["bad_token"], kind="HubAuthError", words=["401", "token"])
     assert_clean_error(out["other_namespace"], kind="HubAuthError", words=["403", "write"])
     assert_clean_error(out["anonymous"], kind="HubError", words=["token"])
+    assert_clean_error(out["conflict"], kind="HubConflictError", words=["push again"])
     assert [c.oid for c in server.commits("tester/errors")] == before
 
     offline = run(snippet(PUSH_ERRORS.split("result =")[0] + "result = catch(adapter.push_to_hub, 'tester/errors')",
-                          BASE=tiny_base_dir, OTHER=OTHER_TOKEN), server, hf_home, offline=True,
+                          BASE=tiny_base_dir), server, hf_home, offline=True,
                   extra={"TMPDIR": str(tmp_path)}).value
     assert_clean_error(offline, kind="HubOfflineError", words=["HF_HUB_OFFLINE"])
 
     stopped = hub_server_factory()
     stopped.stop()
     down = run(snippet(PUSH_ERRORS.split("result =")[0] + "result = catch(adapter.push_to_hub, 'tester/errors')",
-                       BASE=tiny_base_dir, OTHER=OTHER_TOKEN), stopped, hf_home,
+                       BASE=tiny_base_dir), stopped, hf_home,
                extra={"TMPDIR": str(tmp_path)}).value
     assert_clean_error(down, kind="HubConnectionError", words=["cannot reach", stopped.url])
     assert [c.oid for c in server.commits("tester/errors")] == before
