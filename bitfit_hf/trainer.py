@@ -15,7 +15,13 @@ from transformers import Trainer
 from .adapter import BitFitAdapter
 from .adapter_config import SUMMARY_NAME, WEIGHTS_NAME
 from .config import BitFitConfig
-from .distributed import check_trainer_launch, is_deepspeed_dummy_optimizer, keep_bitfit_groups_in_deepspeed_optimizer
+from .distributed import (
+    check_trainer_launch,
+    is_deepspeed_dummy_optimizer,
+    keep_bitfit_groups_in_deepspeed_optimizer,
+    release_inference_engine,
+    zero12_evaluation_before_training,
+)
 from .io import write_json_atomic
 from .model import adapter_parameter_names, apply_bitfit, get_bitfit_state, unwrap
 from .zero import gathered
@@ -147,6 +153,12 @@ class BitFitTrainer(Trainer):
             return super().create_optimizer(model)
         optimizer_kwargs.pop("lr", None)  # each group carries its own
         groups = self.bitfit_parameter_groups(opt_model)
+        if (self.optimizer_cls_and_kwargs is None and optimizer_kwargs.get("fused")
+                and all(p.device.type == "cpu" for g in groups for p in g["params"])):
+            # The default optim ("adamw_torch_fused") on CPU opens one OpenMP region per tensor, and BitFit
+            # trains ~100 tiny tensors: on a shared 2-core CPU that cost 1.38x -> 1.10x of full FT's speed
+            # (benchmarks/README.md). foreach computes the same AdamW update with no parallel region.
+            optimizer_kwargs.update(fused=False, foreach=True)
         self.optimizer = optimizer_cls([{k: v for k, v in g.items() if k != "name"} for g in groups], **optimizer_kwargs)
         return self.optimizer
 
@@ -155,7 +167,12 @@ class BitFitTrainer(Trainer):
         if not self._summary_logged and self.is_world_process_zero():
             logger.info("BitFit trainable parameters:\n%s", self.bitfit_state.summary)
             self._summary_logged = True
+        release_inference_engine(self)  # evaluate() before train() under DeepSpeed left an optimizer-less engine
         return super().train(*args, **kwargs)
+
+    def evaluation_loop(self, *args, **kwargs):
+        with zero12_evaluation_before_training(self):  # DeepSpeed builds no ZeRO-1/2 inference engine
+            return super().evaluation_loop(*args, **kwargs)
 
     # ---- saving --------------------------------------------------------------------------------
     def adapter_tensors(self) -> Dict[str, torch.Tensor]:
