@@ -115,3 +115,70 @@ def other_base_dir(tmp_path_factory) -> str:
     import hub_client_lib
 
     return hub_client_lib.make_base(str(tmp_path_factory.mktemp("other-base") / "base"), seed=123)
+
+
+class CuttingProxy:
+    """An HTTP proxy in front of a test Hub that cuts the download of one file half-way.
+
+    Every request is forwarded to ``upstream``; a GET of a path ending with ``cut_suffix`` gets the
+    full headers but only half of the body before the connection drops, and a resumed (``Range``)
+    GET of it is dropped before any response: the client's retries run out mid-file.
+    """
+
+    def __init__(self, upstream: str, cut_suffix: str = "/adapter_model.safetensors"):
+        import http.server
+        import threading
+        import urllib.error
+        import urllib.request
+
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _forward(self, method: str):
+                request = urllib.request.Request(upstream + self.path, method=method,
+                                                 headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+                try:
+                    response = urllib.request.urlopen(request, timeout=10)  # noqa: S310 - 127.0.0.1 only
+                except urllib.error.HTTPError as err:
+                    response = err
+                body = response.read() if method != "HEAD" else b""
+                return response.status if hasattr(response, "status") else response.code, response.headers, body
+
+            def _reply(self, status, headers, body, cut=False):
+                self.send_response(status)
+                for key, value in headers.items():
+                    if key.lower() not in ("transfer-encoding", "connection", "server", "date"):
+                        self.send_header(key, value)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2] if cut else body)
+                self.wfile.flush()
+                self.close_connection = True
+
+            def do_HEAD(self):
+                self._reply(*self._forward("HEAD"))
+
+            def do_GET(self):
+                if self.path.endswith(cut_suffix):
+                    proxy.cut_requests += 1
+                    if self.headers.get("Range"):
+                        self.close_connection = True
+                        return
+                    self._reply(*self._forward("GET"), cut=True)
+                    return
+                self._reply(*self._forward("GET"))
+
+        self.cut_requests = 0
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -328,3 +328,37 @@ def test_pull_through_olah_mirror(tmp_path, tiny_base_dir, hub_server):
         assert out[name]["logits"] == expected[seed], name
         assert offline[name] == out[name], name
     assert_clean_error(out["missing"], kind="HubRepoNotFoundError", words=["tester/not-mirrored"])
+
+
+INTERRUPTED = """
+import os
+from bitfit_hf.hub import download_adapter
+import time
+start = time.time()
+result = {"error": catch(download_adapter, "tester/cut", local_dir=LOCAL), "local_dir": os.path.exists(LOCAL),
+          "seconds": time.time() - start}
+"""
+
+
+def test_interrupted_download_leaves_nothing_half_written(hub_server, hf_home, tmp_path, tiny_base_dir):
+    from hub_test_support import CuttingProxy
+
+    run(snippet("from bitfit_hf import BitFitAdapter\n"
+                "BitFitAdapter.from_model(fake_trained(BASE, seed=1), BASE).push_to_hub('tester/cut')",
+                BASE=tiny_base_dir), hub_server, tmp_path / "pusher-home")
+    proxy = CuttingProxy(hub_server.url)
+    try:
+        local = str(tmp_path / "adapter-out")
+        out = run(snippet(INTERRUPTED, LOCAL=local), proxy.url, hf_home).value
+    finally:
+        proxy.stop()
+    assert proxy.cut_requests >= 2, "the download was not cut and resumed"
+    assert_clean_error(out["error"], kind="HubConnectionError", words=["tester/cut"])
+    assert out["local_dir"] is False
+    leftovers = [os.path.join(f, n) for f, _d, names in os.walk(hf_home) for n in names
+                 if n.endswith(".incomplete") or n == "adapter_model.safetensors"]
+    assert leftovers == [], leftovers
+    # the same cache then downloads the adapter cleanly
+    commit = run("from bitfit_hf.hub import download_adapter\nresult = download_adapter('tester/cut')[1]",
+                 hub_server, hf_home).value
+    assert commit == hub_server.head("tester/cut")
