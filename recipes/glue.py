@@ -89,7 +89,10 @@ def main(argv=None):
     setup_logging(training_args)
     log_run_header(parsed, "glue")
     bitfit_config = bitfit_args.bitfit_config()  # checks --method / --bias_terms first
-    task = get_task(data_args.task_name)
+    task_name = data_args.task_name
+    if task_name is None and (data_args.dataset_name or "").split("/")[-1] == "glue":
+        task_name = data_args.dataset_config_name  # --dataset_name nyu-mll/glue --dataset_config_name rte
+    task = get_task(task_name)
     set_seed(training_args.seed)
 
     # 2. Data: the offline default, a Hub dataset, or local files (GLUE's own TSVs included).
