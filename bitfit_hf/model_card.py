@@ -301,8 +301,9 @@ def build_model_card(
     meta = dict(cfg.metadata or {})
     base_id = hub_base_model_id(cfg, base_model)
     pipeline_tag = PIPELINE_TAGS.get(cfg.task_type or "")
-    repo_id = repo_id or meta.get("hub_model_id") or "your-name/your-bitfit-adapter"
-    title = model_name or repo_id.split("/")[-1]
+    repo_id = repo_id or meta.get("hub_model_id")
+    title = model_name or (repo_id.split("/")[-1] if repo_id else "bitfit-adapter")
+    repo_id = repo_id or f"your-name/{title}"  # a local card: the snippet shows where the id goes
     named = _as_list(dataset if dataset is not None else meta.get("dataset") or meta.get("datasets"))
     datasets = [d for d in named if _REPO_ID.fullmatch(d)]  # Hub dataset ids go to the metadata
     dataset_name = dataset_name or next((d for d in named if d not in datasets), None)

@@ -262,7 +262,10 @@ class BitFitTrainer(Trainer):
                                    finetuned_from=finetuned_from, dataset_tags=dataset_tags, dataset=dataset,
                                    dataset_args=dataset_args)
         adapter = publishable_adapter(BitFitAdapter.from_directory(output_dir), kwargs.get("base_model"))
-        write_model_card_files(output_dir, adapter, self.hub_model_id or self.args.hub_model_id, **kwargs)
+        repo_id = self.hub_model_id or self.args.hub_model_id
+        if not repo_id and not kwargs.get("model_name"):
+            kwargs["model_name"] = os.path.basename(os.path.abspath(output_dir))  # as Trainer names its card
+        write_model_card_files(output_dir, adapter, repo_id, **kwargs)
 
     def push_to_hub(self, commit_message: Optional[str] = "End of training", blocking: bool = True,
                     token: Optional[str] = None, revision: Optional[str] = None, private: Optional[bool] = None,
