@@ -419,13 +419,33 @@ def check_launch(accelerator, args=None, raise_error: bool = True) -> List[str]:
 
 
 def check_trainer_launch(trainer) -> LaunchState:
-    """:func:`check_launch` for a ``Trainer``, plus the DeepSpeed optimizer check; logs the launch once."""
+    """:func:`check_launch` for a ``Trainer``, plus the DeepSpeed optimizer check, plus a callback that checks
+    at the start of every ``train()`` that the model really is wrapped for synchronised training
+    (:func:`check_training_wrapper`); logs the launch once."""
     check_launch(trainer.accelerator, trainer.args)
     check_deepspeed_optimizer(trainer)
+    if not any(isinstance(cb, _SyncGuard) for cb in trainer.callback_handler.callbacks):
+        trainer.add_callback(_SyncGuard(trainer))
     actual = launch_state(trainer.accelerator)
     if actual.num_processes > 1 and trainer.is_world_process_zero():
         logger.info("BitFit launch: %s.", actual.describe())
     return actual
+
+
+def _sync_guard_base():
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+class _SyncGuard(_sync_guard_base()):
+    """Runs :func:`check_training_wrapper` when training begins (after the model was wrapped)."""
+
+    def __init__(self, trainer):
+        self._trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        check_training_wrapper(self._trainer)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -507,6 +527,124 @@ def keep_bitfit_groups_in_deepspeed_optimizer(trainer, dummy) -> Any:
 
 def is_deepspeed_dummy_optimizer(optimizer) -> bool:
     return type(optimizer).__name__ == "DummyOptim" and hasattr(optimizer, "params")
+
+
+# --------------------------------------------------------------------------------------------------
+# evaluate() before train() under DeepSpeed
+# --------------------------------------------------------------------------------------------------
+def reset_evaluation_wrapping(trainer) -> List[str]:
+    """Undo what an ``evaluate()`` before ``train()`` did to the model, so training wraps it properly.
+
+    Two silent failures in transformers/accelerate, both hit by the recipes (they evaluate first):
+
+    * DDP: the evaluation's ``accelerator.prepare_model(model, evaluation_mode=True)`` marks the bare model
+      ``_is_accelerate_prepared``; ``train()`` then gets it back unwrapped - no DistributedDataParallel -
+      and every rank trains alone on its shard, exit 0.
+    * DeepSpeed: the evaluation wraps the model in an optimizer-less engine; ``train()`` frees it
+      (``accelerator.free_memory()``) but still sees a wrapped model, never builds the training engine and
+      fails at the first backward (``'NoneType' object has no attribute 'backward'``).
+
+    Returns what was reset (for logging and tests).
+    """
+    done: List[str] = []
+    model = trainer.model
+    engine = trainer.model_wrapped
+    if getattr(trainer, "is_deepspeed_enabled", False) and engine is not None and engine is not model:
+        wrapped = getattr(trainer.accelerator, "deepspeed_engine_wrapped", None)
+        if wrapped is None or getattr(wrapped, "engine", None) is not engine:
+            destroy = getattr(engine, "destroy", None)
+            if callable(destroy):  # accelerate.free_memory() only destroys the engine it tracks
+                destroy()
+        trainer.model_wrapped = model
+        trainer.deepspeed = None
+        done.append("deepspeed inference engine")
+    if trainer.model_wrapped is model and getattr(model, "_is_accelerate_prepared", False):
+        model._is_accelerate_prepared = False  # bare, not wrapped: let accelerate wrap it for training
+        done.append("_is_accelerate_prepared")
+    return done
+
+
+def release_inference_engine(trainer) -> bool:  # kept for callers of the earlier name
+    return bool(reset_evaluation_wrapping(trainer))
+
+
+def check_training_wrapper(trainer, model_wrapped=None) -> None:
+    """At the start of training: the model really is synchronised across processes.
+
+    With more than one process the model must be inside DistributedDataParallel (MULTI_* types) or a
+    DeepSpeed engine with an optimizer; otherwise each rank would train alone. Raises :class:`LaunchError`.
+    """
+    if _env_true(SKIP_ENV):
+        return
+    state = launch_state(trainer.accelerator)
+    if state.num_processes <= 1:
+        return
+    wrapped = trainer.model_wrapped if model_wrapped is None else model_wrapped
+    if state.deepspeed_active:
+        engine = getattr(trainer.accelerator, "deepspeed_engine_wrapped", None)
+        if engine is None or getattr(engine.engine, "optimizer", None) is None:
+            raise LaunchError(
+                f"Training starts under {state.describe()} without a DeepSpeed training engine (the model was "
+                "wrapped for inference, e.g. by an evaluate() before train()): gradients would not be reduced."
+            )
+        return
+    if state.distributed_type.startswith("MULTI_"):
+        from torch.nn.parallel import DistributedDataParallel
+
+        inner = wrapped
+        while inner is not None and not isinstance(inner, DistributedDataParallel):
+            nxt = getattr(inner, "module", None) or getattr(inner, "_orig_mod", None)
+            inner = nxt if isinstance(nxt, torch.nn.Module) and nxt is not inner else None
+        if inner is None:
+            raise LaunchError(
+                f"Training starts under {state.describe()} but the model is not wrapped in "
+                "DistributedDataParallel: every process would train alone on its shard of the data. (A model "
+                "prepared by accelerate for evaluation before training is returned unwrapped; BitFitTrainer.train() "
+                "resets that - if you prepared the model yourself, pass the bare model.)"
+            )
+
+
+class zero12_evaluation_before_training:  # noqa: N801 - used as a context manager
+    """Let ``evaluate()`` run before ``train()`` under DeepSpeed ZeRO-1/2.
+
+    transformers builds DeepSpeed inference engines for ZeRO-3 only ("ZeRO inference only makes sense with
+    ZeRO Stage 3"), and DeepSpeed refuses a ZeRO-1/2 engine without an optimizer. Under ZeRO-1/2 every
+    rank holds the whole model anyway, so before the training engine exists the evaluation runs the plain
+    model on this rank's device (evaluation data sharded and gathered as usual).
+    """
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.active = False
+        self.placeholder = False
+
+    def __enter__(self):
+        t = self.trainer
+        if not getattr(t, "is_deepspeed_enabled", False) or t.deepspeed is not None or t.model_wrapped is not t.model:
+            return self
+        from .zero import zero3_enabled
+
+        plugin = getattr(t.accelerator.state, "deepspeed_plugin", None)
+        stage = getattr(plugin, "zero_stage", None)
+        if stage is None or int(stage) >= 3 or zero3_enabled():
+            return self  # ZeRO-3: transformers' inference engine works (released again by train())
+        self.active = True
+        t.model.to(t.args.device)
+        t.deepspeed = t.model  # skip transformers' ZeRO-3-only inference deepspeed_init
+        models = getattr(t.accelerator, "_models", None)
+        if isinstance(models, list) and not models:
+            models.append(t.model)  # ...and accelerate.prepare(model), which would build a DeepSpeed engine
+            self.placeholder = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.active:
+            t = self.trainer
+            if self.placeholder:
+                t.accelerator._models[:] = [m for m in t.accelerator._models if m is not t.model]
+            if t.deepspeed is t.model:
+                t.deepspeed = None
+        return False
 
 
 # --------------------------------------------------------------------------------------------------

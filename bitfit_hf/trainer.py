@@ -19,7 +19,7 @@ from .distributed import (
     check_trainer_launch,
     is_deepspeed_dummy_optimizer,
     keep_bitfit_groups_in_deepspeed_optimizer,
-    release_inference_engine,
+    reset_evaluation_wrapping,
     zero12_evaluation_before_training,
 )
 from .io import write_json_atomic
@@ -167,7 +167,7 @@ class BitFitTrainer(Trainer):
         if not self._summary_logged and self.is_world_process_zero():
             logger.info("BitFit trainable parameters:\n%s", self.bitfit_state.summary)
             self._summary_logged = True
-        release_inference_engine(self)  # evaluate() before train() under DeepSpeed left an optimizer-less engine
+        reset_evaluation_wrapping(self)  # evaluate() before train() left the model unwrappable (DDP) / an inference engine
         return super().train(*args, **kwargs)
 
     def evaluation_loop(self, *args, **kwargs):

@@ -38,6 +38,7 @@ def parse(argv=None):
     p.add_argument("--head-lr", type=float, default=5e-3)
     p.add_argument("--no-helper", action="store_true", help="build TrainingArguments without training_args_kwargs")
     p.add_argument("--add-missing-biases", action="store_true", help="for bias-less bases (LLaMA): add zero biases")
+    p.add_argument("--eval-first", action="store_true", help="trainer.evaluate() before trainer.train(), as the recipes do")
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1)  # the deepspeed launcher passes it
     return p.parse_args(argv)
 
@@ -112,6 +113,7 @@ def main(argv=None) -> int:
             CountSteps.steps_run += 1
 
     trainer.add_callback(CountSteps())
+    eval_before = trainer.evaluate(eval_dataset=data[:8])["eval_loss"] if a.eval_first else None
     t_setup = time.time()
     result = trainer.train(resume_from_checkpoint=a.resume)
     t_train = time.time()
@@ -173,6 +175,8 @@ def main(argv=None) -> int:
         "losses": [e["loss"] for e in logs if "loss" in e],
         "grad_norms": [e["grad_norm"] for e in logs if "grad_norm" in e and e["grad_norm"] is not None],
         "train_loss": result.training_loss,
+        "eval_loss_before": eval_before,
+        "eval_loss_after": trainer.evaluate(eval_dataset=data[:8])["eval_loss"] if a.eval_first else None,
         "optimizer": type(inner_opt).__name__,
         "optimizer_groups": groups,
         "frozen_checked": checked,
