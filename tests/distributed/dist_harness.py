@@ -99,7 +99,9 @@ def launch_env(tmp: Path) -> Dict[str, str]:
         TMPDIR=str(tmp),
         PYTHONPATH=os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
     )
-    env.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(os.path.expanduser("~"), ".cache", "bitfit_hf", "torch_extensions"))
+    from bitfit_hf.distributed import torch_extensions_dir
+
+    env["TORCH_EXTENSIONS_DIR"] = torch_extensions_dir()  # $TORCH_EXTENSIONS_DIR or ~/.cache/bitfit_hf/torch_extensions
     return env
 
 
@@ -182,7 +184,10 @@ def cleanup_leftovers(port: Optional[int], tmp: Optional[Path]) -> None:
 
 
 def train_args(*extra: str, kind: str = "bert") -> List[str]:
-    return [str(SCRIPT), "--out", "{out}", "--base", str(base_model_dir(kind)), *KIND_ARGS[kind], *extra]
+    # --eval-first: evaluate() before train(), as the recipes do (it used to leave DDP ranks unsynchronised
+    # and to break DeepSpeed training; see bitfit_hf.distributed.reset_evaluation_wrapping)
+    return [str(SCRIPT), "--out", "{out}", "--base", str(base_model_dir(kind)), "--eval-first", *KIND_ARGS[kind],
+            *extra]
 
 
 def accelerate_cmd(config: str, port: int, *extra_launch: str, script_args: Sequence[str] = (),
@@ -290,6 +295,9 @@ def verify_run(result: Launch, world_size: int, distributed_type: str, zero_stag
     norm_rel = _rel(reports[0]["grad_norms"], ref_report["grad_norms"]) if reports[0]["grad_norms"] else None
     if norm_rel is not None:
         assert norm_rel <= GRAD_NORM_RTOL, (reports[0]["grad_norms"], ref_report["grad_norms"])
+    for key in ("eval_loss_before", "eval_loss_after"):  # evaluate() before and after train() (sharded eval)
+        assert ref_report[key] is not None and abs(reports[0][key] / ref_report[key] - 1) <= LOSS_RTOL, (
+            key, reports[0][key], ref_report[key])
     groups = sorted((g["lr"], g["weight_decay"]) for g in reports[0]["optimizer_groups"])
     assert groups == sorted((g["lr"], g["weight_decay"]) for g in ref_report["optimizer_groups"]), groups
     # 5. the saved adapter: only the adapter tensors, equal to what the ranks hold, same config as a

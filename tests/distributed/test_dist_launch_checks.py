@@ -237,3 +237,30 @@ def test_scheduler_block_with_group_lrs_is_refused(trainer, monkeypatch):
 def test_single_process_launch_passes(trainer):
     assert D.check_launch(trainer.accelerator, trainer.args) == []
     assert D.launch_state(trainer.accelerator).num_processes == 1
+
+
+class _Stub:
+    """Just enough of a Trainer for check_training_wrapper."""
+
+    def __init__(self, wrapped, n=2, dtype="MULTI_CPU"):
+        import types
+
+        state = types.SimpleNamespace(num_processes=n, distributed_type=dtype, deepspeed_plugin=None, backend="gloo")
+        self.accelerator = types.SimpleNamespace(state=state, deepspeed_engine_wrapped=None)
+        self.model_wrapped = wrapped
+
+
+def test_training_must_start_wrapped_in_ddp(clean_env):
+    plain = torch.nn.Linear(2, 2)
+    with pytest.raises(D.LaunchError, match="not wrapped in DistributedDataParallel"):
+        D.check_training_wrapper(_Stub(plain))
+    D.check_training_wrapper(_Stub(plain, n=1, dtype="NO"))  # one process: nothing to synchronise
+
+
+def test_evaluation_marking_is_reset(trainer):
+    """accelerate marks a model prepared for evaluation as prepared; training would then skip DDP."""
+    model = trainer.model
+    model._is_accelerate_prepared = True
+    assert D.reset_evaluation_wrapping(trainer) == ["_is_accelerate_prepared"]
+    assert model._is_accelerate_prepared is False
+    assert D.reset_evaluation_wrapping(trainer) == []
