@@ -32,6 +32,10 @@ _EXPORTS = {
     "resolve": "selection",
     "TrainableSummary": "summary",
     "BitFitTrainer": "trainer",
+    "HubError": "hub",
+    "download_adapter": "hub",
+    "push_adapter_to_hub": "hub",
+    "MultiTaskModel": "multitask",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -62,3 +66,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from .selection import Selection, resolve  # noqa: F401
     from .summary import TrainableSummary  # noqa: F401
     from .trainer import BitFitTrainer  # noqa: F401
+    from .hub import HubError, download_adapter, push_adapter_to_hub  # noqa: F401
+    from .multitask import MultiTaskModel  # noqa: F401

@@ -28,7 +28,7 @@ from .adapter_config import (
     BaseModelMismatchError,
     task_type_of,
 )
-from .io import atomic_path, write_json_atomic, write_text_atomic
+from .io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from .model import apply_bitfit, get_bitfit_state, trainable_state_dict, unwrap
 
 logger = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class BitFitAdapter:
     # ---- saving --------------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str, dtype: Optional[Union[str, torch.dtype]] = None) -> None:
         """Write the adapter atomically; ``dtype="float16"`` halves the file (off by default)."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
         tensors = self.tensors
         config = self.config
@@ -111,8 +111,8 @@ class BitFitAdapter:
         text = config.to_json()
         # JSON first, weights (which embed the same config) last: the weights file is the commit point.
         write_text_atomic(os.path.join(save_directory, CONFIG_NAME), text)
-        with atomic_path(os.path.join(save_directory, WEIGHTS_NAME)) as tmp:
-            save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata={"format": "pt", _METADATA_KEY: text})
+        data = save({k: v.contiguous() for k, v in tensors.items()}, metadata={"format": "pt", _METADATA_KEY: text})
+        write_bytes_atomic(os.path.join(save_directory, WEIGHTS_NAME), canonical_safetensors(data))
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """Push this adapter with a generated model card to the Hub in one commit (no commit when
@@ -280,6 +280,26 @@ def read_safetensors(path: str):
         ) from None
     metadata = header.get("__metadata__") or {}
     return tensors, metadata.get(_METADATA_KEY)
+
+
+def canonical_safetensors(data: bytes) -> bytes:
+    """The same safetensors bytes with the header's metadata keys in sorted order.
+
+    safetensors keeps ``__metadata__`` in a hash map whose order changes from one save to the next, so
+    two saves of one adapter would differ by a few header bytes (and the Hub would see a changed file).
+    Only key order changes: tensors, offsets and the header length stay the same.
+    """
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    ordered = {}
+    if "__metadata__" in header:
+        ordered["__metadata__"] = dict(sorted((header.pop("__metadata__") or {}).items()))
+    ordered.update(header)
+    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * ((-len(text)) % 8)
+    if len(text) != length:  # never expected: keep the bytes as they were rather than guess
+        return data
+    return data[:8] + text + data[8 + length :]
 
 
 def _first_difference(expected, found) -> str:

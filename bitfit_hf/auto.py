@@ -53,6 +53,10 @@ class AutoBitFitModel:
                 kwargs.setdefault("label2id", {k: int(v) for k, v in (cfg.label2id or {}).items()})
         if cfg.problem_type:
             kwargs.setdefault("problem_type", cfg.problem_type)
+        if cfg.head_modules:
+            # A base that is itself a task checkpoint may have a head of another size; the adapter brings
+            # its own head, and the fingerprint still checks every other tensor.
+            kwargs.setdefault("ignore_mismatched_sizes", True)
         if cfg.base_model_revision and base_model is None:
             kwargs.setdefault("revision", cfg.base_model_revision)
         model = model_cls.from_pretrained(source, **kwargs)

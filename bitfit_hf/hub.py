@@ -50,7 +50,8 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 from . import __version__
 from .adapter_config import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, AdapterConfig, AdapterError
 from .heatmap import BIAS_CHANGE_JSON, BIAS_CHANGE_PNG
-from .io import atomic_path, write_json_atomic, write_text_atomic
+from .adapter import canonical_safetensors
+from .io import atomic_path, write_bytes_atomic, write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -484,34 +485,12 @@ def publishable_adapter(adapter, base_model: Optional[str] = None):
 
 
 def canonicalize_safetensors(path: str) -> None:
-    """Rewrite a safetensors header with its metadata keys sorted, in place.
-
-    ``safetensors`` stores ``__metadata__`` in a hash map whose iteration order changes from one save
-    to the next, so two saves of the same adapter differ by a few header bytes: the Hub would see a
-    changed file and a re-push would commit again. Only the header's key order changes; tensors,
-    offsets and sizes stay the same, so the file stays valid and loads identically.
-    """
-    import json
-    import struct
-
+    """Rewrite a safetensors file with its header metadata in sorted order (see ``canonical_safetensors``)."""
     with open(path, "rb") as handle:
         data = handle.read()
-    (length,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + length])
-    ordered = {}
-    if "__metadata__" in header:
-        ordered["__metadata__"] = dict(sorted((header.pop("__metadata__") or {}).items()))
-    ordered.update(header)
-    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    text += b" " * ((-len(text)) % 8)
-    if len(text) != length:  # never expected: keep the file as it was rather than guess
-        logger.debug("Not canonicalising %s: the header length would change.", path)
-        return
-    write_bytes = data[:8] + text + data[8 + length :]
-    if write_bytes != data:
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as handle:
-                handle.write(write_bytes)
+    canonical = canonical_safetensors(data)
+    if canonical != data:
+        write_bytes_atomic(path, canonical)
 
 
 def _display_path(path: str) -> str:

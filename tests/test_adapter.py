@@ -170,17 +170,30 @@ def test_crash_mid_save_keeps_the_previous_adapter(trained, tmp_path, monkeypatc
     with torch.no_grad():
         fresh.bert.encoder.layer[0].intermediate.dense.bias.add_(1.0)  # a different adapter to save
 
-    def crash(tensors, path, metadata=None):
-        open(path, "wb").write(b"half a file")
-        raise KeyboardInterrupt("power cut")
+    real_fsync, calls = os.fsync, []
 
-    monkeypatch.setattr("safetensors.torch.save_file", crash)
+    def crash(fd):  # the config JSON is written whole; the power goes while the weights are flushed
+        calls.append(fd)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("power cut")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", crash)
     with pytest.raises(KeyboardInterrupt):
         save_adapter(fresh, str(target))
     monkeypatch.undo()
     assert sorted(os.listdir(target)) == ["adapter_config.json", "adapter_model.safetensors"]  # no temp files left
     reloaded = load_adapter(stock(minilm_dir), str(target))  # the config json was replaced, the weights were not
     assert torch.equal(logits(reloaded, tok), expected)
+
+
+def test_saves_are_byte_for_byte_reproducible(trained, tmp_path):
+    _, _, out = trained
+    adapter = BitFitAdapter.from_pretrained(out)
+    adapter.save_pretrained(str(tmp_path / "one"))
+    adapter.save_pretrained(str(tmp_path / "two"))
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
 
 
 def test_half_precision_storage(trained, tmp_path, minilm_dir):
