@@ -7,6 +7,10 @@ above all on machines without CUDA (see ``docs/distributed.md``):
 * ``distributed_type: MULTI_CPU`` without ``mpirun``: accelerate starts ONE process, exit 0.
 * ``ACCELERATE_USE_CPU=true`` (``accelerate launch --cpu``) with DeepSpeed configured: DeepSpeed is
   switched off and plain DDP (or nothing) trains instead, exit 0.
+* ``evaluate()`` before ``train()`` (the recipes do it): under DDP the model comes back unwrapped and
+  every rank trains alone, exit 0; under DeepSpeed training crashes (ZeRO-3) or evaluation is refused
+  (ZeRO-1/2). :func:`reset_evaluation_wrapping` / :class:`zero12_evaluation_before_training` fix it, and
+  :func:`check_training_wrapper` verifies at the start of training that the model is synchronised.
 
 :func:`training_args_kwargs` chooses the backend so the same recipe runs on GPUs and on CPU processes
 without extra flags; :func:`check_launch` (called by ``BitFitTrainer``) compares what the launcher asked
@@ -562,10 +566,6 @@ def reset_evaluation_wrapping(trainer) -> List[str]:
         model._is_accelerate_prepared = False  # bare, not wrapped: let accelerate wrap it for training
         done.append("_is_accelerate_prepared")
     return done
-
-
-def release_inference_engine(trainer) -> bool:  # kept for callers of the earlier name
-    return bool(reset_evaluation_wrapping(trainer))
 
 
 def check_training_wrapper(trainer, model_wrapped=None) -> None:
