@@ -76,7 +76,7 @@ class PosDataArguments(DataArguments):
 DEFAULTS = RecipeDefaults(
     recipe="pos",
     offline_dataset="wsj_pos",
-    training={"per_device_train_batch_size": 16, "per_device_eval_batch_size": 32, "logging_steps": 25},
+    training={"per_device_train_batch_size": 8, "per_device_eval_batch_size": 32, "logging_steps": 25},
 )
 
 
