@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Optional
-
 import torch
 from torch import nn
 
