@@ -72,7 +72,7 @@ MODELS = {
     "bert-base": "random BERT-base shape (BertConfig(): 12 layers, hidden 768, 109.5M params)",
     "tiny": "random tiny BERT (2 layers, hidden 64, vocab 1000)",
 }
-FULL_DEFAULTS = {"minilm": 32, "bert-base": 16, "tiny": 8}
+FULL_DEFAULTS = {"minilm": 32, "bert-base": 8, "tiny": 8}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -300,11 +300,13 @@ def memory_worker(model_name: str, method: str, batch: int, seq: int, steps: int
         start = time.perf_counter()
         if trainer is None:
             _plain_loop(model, data, batch, steps, lambda loss: losses.append(float(loss)))
-            optimizer_bytes = None
+            optimizer_bytes, impl = None, "for-loop"
         else:
             out = trainer.train()
             losses.append(float(out.training_loss))
             optimizer_bytes = _optimizer_state_bytes(trainer.optimizer)
+            defaults = getattr(trainer.optimizer, "optimizer", trainer.optimizer).defaults
+            impl = "fused" if defaults.get("fused") else "foreach" if defaults.get("foreach") else "for-loop"
         elapsed = time.perf_counter() - start
         peak_train = _proc_status("VmHWM")
         peak = max(peak_before, peak_train)
@@ -335,6 +337,7 @@ def memory_worker(model_name: str, method: str, batch: int, seq: int, steps: int
         "threads": torch.get_num_threads(),
         "optim": str(trainer.args.optim.value if hasattr(trainer.args.optim, "value") else trainer.args.optim)
         if trainer is not None else "torch.optim.AdamW()",
+        "optimizer_impl": impl,
         "total_params": sum(p.numel() for p in model.parameters()),
         "trainable_params": _trainable(model),
         "optimizer_state_bytes": optimizer_bytes,
@@ -495,6 +498,7 @@ def machine_info() -> dict:
         "transformers": transformers.__version__,
         "peft": peft.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
     }
 
 
@@ -506,7 +510,7 @@ def _median(values):
 def aggregate(speed: dict, memory: Dict[str, List[dict]], warmup: int) -> Dict[str, dict]:
     rows = {}
     times = speed["times"]
-    base = "full" if "full" in times else None
+    base = "full" if "full" in speed["methods"] else None
     for method in speed["methods"]:
         steps = times.get(method, [])[warmup:]
         row = {"method": method, "measured_steps": len(steps)}
@@ -515,16 +519,19 @@ def aggregate(speed: dict, memory: Dict[str, List[dict]], warmup: int) -> Dict[s
             row["step_seconds"] = med
             row["samples_per_s"] = speed["batch"] / med
             row["step_seconds_all"] = [round(s, 4) for s in steps]
-        if base and steps and times.get(base):
+        if base and steps and times.get(base) and method != base:
             full = times[base][warmup:]
             pairs = [f / m for f, m in zip(full, steps)]
             row["speed_vs_full"] = statistics.median(pairs) if pairs else None
+        elif method == base and steps:
+            row["speed_vs_full"] = 1.0
         mems = memory.get(method, [])
         if mems:
             row["peak_rss_bytes"] = _median([m["peak_rss_bytes"] for m in mems])
             row["peak_rss_bytes_all"] = [m["peak_rss_bytes"] for m in mems]
             row["train_peak_above_loaded_bytes"] = _median([m["train_peak_above_loaded_bytes"] for m in mems])
-            for key in ("trainable_params", "total_params", "optimizer_state_bytes", "adapter_bytes", "optim"):
+            for key in ("trainable_params", "total_params", "optimizer_state_bytes", "adapter_bytes", "optim",
+                        "optimizer_impl"):
                 row[key] = mems[0][key]
             row["checks"] = all(_check(m) == [] for m in mems)
             row["check_failures"] = sorted({f for m in mems for f in _check(m)})
@@ -619,7 +626,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--models", default=None, help="comma list of: " + ", ".join(MODELS))
     parser.add_argument("--methods", default=None, help="comma list of: " + ", ".join(METHODS + PLAIN_METHODS))
     parser.add_argument("--with-plain", action="store_true", help="add hand-written loops (plain-full, plain-bitfit-all)")
-    parser.add_argument("--batch-size", type=int, default=None, help="default: 32 MiniLM, 16 BERT-base")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: 32 MiniLM, 8 BERT-base")
     parser.add_argument("--seq", type=int, default=None, help="sequence length (default 128; 32 with --quick)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up rounds dropped (default 2)")
     parser.add_argument("--rounds", type=int, default=None, help="measured rounds (default 8)")
@@ -705,7 +712,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     info["load_after"] = _loadavg()
     footer = (f"Machine: {info['cpu']} ({info['cpus']} CPUs, {info['torch_threads']} torch threads); "
               f"Python {info['python']}, torch {info['torch']}, transformers {info['transformers']}, "
-              f"peft {info['peft']}; {info['date']}; load average before {info['load_before']}, "
+              f"peft {info['peft']}; {info['date']}; glibc malloc settings {info['malloc_env'] or 'default'}; "
+              f"load average before {info['load_before']}, "
               f"after {info['load_after']}.\nCommand: `{info['command'].strip()}`\n")
     print(footer, flush=True)
     if args.json:

@@ -1,0 +1,63 @@
+"""The benchmarks' quick modes run end to end (correctness only: timings are never asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(script, tmp_path, *extra, timeout=1800):
+    out = tmp_path / "result.json"
+    md = tmp_path / "result.md"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), "--quick", "--json", str(out),
+                           "--markdown", str(md), *extra], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Machine:" in md.read_text()
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_train_cost_quick(tmp_path):
+    result = _run("train_cost.py", tmp_path)
+    assert set(result["models"]) == {"tiny", "minilm"}
+    for model, res in result["models"].items():
+        rows = res["rows"]
+        assert {"full", "bitfit-all", "bitfit-paper", "frozen", "lora"} <= set(rows)
+        full = rows["full"]
+        assert full["trainable_params"] == full["total_params"]
+        for method, row in rows.items():
+            assert row["checks"], (model, method, row["check_failures"])
+            assert row["measured_steps"] == res["rounds"], (model, method)
+            assert row["samples_per_s"] > 0 and row["peak_rss_bytes"] > 0
+            assert 0 < row["trainable_params"] <= row["total_params"]
+            assert row["adapter_bytes"] > 0
+            if method != "full":  # Adam: two fp32 moments per trained value, plus a step counter per tensor
+                assert row["trainable_params"] < full["trainable_params"]
+                assert 8 * row["trainable_params"] <= row["optimizer_state_bytes"] <= 8 * row["trainable_params"] + 8192
+                assert row["adapter_bytes"] < full["adapter_bytes"] / 5
+        assert rows["frozen"]["trainable_params"] < rows["bitfit-paper"]["trainable_params"] < rows["bitfit-all"]["trainable_params"]
+        assert rows["bitfit-all"]["optim"] == "adamw_torch_fused"  # the Trainer default...
+        assert rows["bitfit-all"]["optimizer_impl"] == "foreach"  # ...which BitFitTrainer runs as foreach on CPU
+        assert rows["full"]["optimizer_impl"] == "fused"
+
+
+@pytest.mark.slow
+def test_task_switching_quick(tmp_path):
+    result = _run("task_switching.py", tmp_path)
+    res = result["models"]["tiny"]
+    sizes = res["sizes"]
+    for terms in ("all", "paper-subset"):
+        assert sizes[terms]["fp16_bytes"] < sizes[terms]["fp32_bytes"] < sizes["full_fp32_bytes"] / 10
+    sw = res["switching"]
+    assert sw["activate_max_abs_diff"] == 0.0
+    assert sw["adapters"] == 8 and sw["activate_median_s"] > 0
+    mixed = res["mixed"]
+    assert mixed["argmax_identical"] is True
+    assert mixed["max_abs_diff_vs_separate"] < 1e-4
+    assert len(mixed["rows"]) == 4
