@@ -185,3 +185,40 @@ def test_minilm_mixed_batch_and_classify(minilm_dir):
         assert 0.0 <= r["score"] <= 1.0
     all_scores = mt.classify(texts[:2], "topic", top_k=None)
     assert len(all_scores[0]) == 6 and abs(sum(s["score"] for s in all_scores[0]) - 1) < 1e-5
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "distilbert", "gpt2", "llama", "deberta-v2"])
+def test_other_architectures(model_type):
+    """Heads made of several modules (DistilBERT), a head module with sub-layers (RoBERTa), fused Conv1D
+    biases (GPT-2), and biases added by bitfit-hf to a bias-less model (LLaMA: Linear and RMSNorm hooks)."""
+    from conftest import TINY_CONFIGS
+
+    def build(num_labels, seed=0):
+        torch.manual_seed(seed)
+        config = TINY_CONFIGS[model_type]()
+        config.num_labels = num_labels
+        return T.AutoModelForSequenceClassification.from_config(config).eval()
+
+    base = build(2)
+    biasless = model_type == "llama"
+    adapters = {}
+    for i, k in enumerate([2, 4, 3]):
+        model = build(k, seed=i + 1)
+        body = base.base_model_prefix
+        getattr(model, body).load_state_dict(getattr(base, body).state_dict())
+        apply_bitfit(model, BitFitConfig(bias_terms="all", add_missing_biases=biasless))
+        g = torch.Generator().manual_seed(i)
+        with torch.no_grad():
+            for param in model.parameters():
+                if param.requires_grad:
+                    param.add_(0.3 * torch.randn(param.shape, generator=g))
+        adapters[f"t{i}"] = BitFitAdapter.from_model(model)
+    tasks = ["t0", "t1", "t2", "t1", "t0", "t2", "t2"]
+    ids, mask = _batch(len(tasks), 10, 100)
+    ids[:, 0] = 5  # no pad token in the first position
+    expected = _reference(base, adapters, ids, mask, tasks)
+    with torch.no_grad():
+        out = MultiTaskModel(copy.deepcopy(base), adapters)(ids, mask, task_ids=tasks)
+    assert out.num_labels == [2, 4, 3]
+    for got, want in zip(out.per_example(), expected):
+        torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
