@@ -312,9 +312,10 @@ class MultiTaskModel(nn.Module):
         results: List[Union[dict, List[dict]]] = []
         for start in range(0, len(texts), batch_size):
             chunk, chunk_tasks = texts[start : start + batch_size], tasks[start : start + batch_size]
-            if chunk and isinstance(chunk[0], (tuple, list)):
-                enc = tokenizer([c[0] for c in chunk], [c[1] for c in chunk], padding=True, truncation=True,
-                                max_length=max_length, return_tensors="pt")
+            if any(isinstance(c, (tuple, list)) for c in chunk):  # pairs, possibly mixed with single texts
+                encoded = [tokenizer(*c, truncation=True, max_length=max_length) if isinstance(c, (tuple, list))
+                           else tokenizer(c, truncation=True, max_length=max_length) for c in chunk]
+                enc = tokenizer.pad(encoded, return_tensors="pt")
             else:
                 enc = tokenizer(chunk, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
             enc = {k: v.to(device) for k, v in enc.items()}

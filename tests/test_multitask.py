@@ -183,6 +183,14 @@ def test_minilm_mixed_batch_and_classify(minilm_dir):
     for r, want, task in zip(results, expected, tasks):
         assert r["label"] == adapters[task].config.id2label[str(int(want.argmax()))]
         assert 0.0 <= r["score"] <= 1.0
+    # sentence pairs, mixed with single texts in one batch
+    pairs = [("a man is sleeping", "a person rests"), "the plot goes nowhere"]
+    mixed = mt.classify(pairs, ["mnli", "sst2"])
+    enc_pair = tok(["a man is sleeping"], ["a person rests"], return_tensors="pt")
+    with torch.no_grad():
+        want = mt(task_ids=["mnli"], **enc_pair).per_example()[0]
+    assert mixed[0]["label"] == adapters["mnli"].config.id2label[str(int(want.argmax()))]
+    assert abs(mixed[0]["score"] - float(torch.softmax(want, -1).max())) < 1e-4
     all_scores = mt.classify(texts[:2], "topic", top_k=None)
     assert len(all_scores[0]) == 6 and abs(sum(s["score"] for s in all_scores[0]) - 1) < 1e-5
 
