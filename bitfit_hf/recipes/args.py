@@ -8,7 +8,7 @@ Defaults the user did not set explicitly are filled in before ``TrainingArgument
 (:func:`parse_recipe_args`), so ``__post_init__`` sees the final values:
 
 * ``--learning_rate`` follows ``--method``: 1e-3 for ``bitfit`` and ``frozen`` (the paper's BitFit
-  rate), 2e-5 for ``full`` fine-tuning.
+  rate), 2e-5 for ``full`` fine-tuning (a recipe may raise it for its short offline default run).
 * ``--use_cpu`` is on when no accelerator is present (needed for multi-process CPU launches; see
   :func:`default_use_cpu`).
 * no ``--do_train/--do_eval/--do_predict`` at all means ``--do_train --do_eval``;
@@ -228,6 +228,8 @@ class RecipeDefaults:
         offline: extra defaults when the recipe runs on its offline default dataset.
         offline_dataset: name of that dataset (see :data:`bitfit_hf.recipes.data.OFFLINE_DATASETS`).
         offline_task: ``task_name`` implied by the offline dataset (GLUE: ``sst2``), if the recipe has one.
+        offline_learning_rates: per-method learning rates for the offline default run, where the step
+            budget is small (SQuAD: a higher BitFit rate); other methods keep :data:`DEFAULT_LEARNING_RATES`.
     """
 
     recipe: str
@@ -235,6 +237,7 @@ class RecipeDefaults:
     training: Dict[str, Any] = field(default_factory=dict)
     offline: Dict[str, Any] = field(default_factory=dict)
     offline_task: Optional[str] = None
+    offline_learning_rates: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -330,6 +333,8 @@ def parse_recipe_args(
         chosen.update(defaults.offline)
     chosen.update(defaults.training)
     chosen["learning_rate"] = DEFAULT_LEARNING_RATES[method]
+    if offline_data and method in defaults.offline_learning_rates:
+        chosen["learning_rate"] = defaults.offline_learning_rates[method]
     if default_use_cpu():
         chosen["use_cpu"] = True
     if not given & {"do_train", "do_eval", "do_predict"}:

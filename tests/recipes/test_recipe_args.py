@@ -83,6 +83,14 @@ def test_offline_caps_apply_only_to_the_offline_data(tmp_path):
     assert not parsed.offline_data and parsed.data.dataset_name is None
 
 
+def test_offline_learning_rate_per_method():
+    defaults = RecipeDefaults(recipe="demo", offline_dataset="movie_reviews", offline_learning_rates={"bitfit": 5e-3})
+    assert parse_recipe_args(_Data, defaults, []).training.learning_rate == 5e-3
+    assert parse_recipe_args(_Data, defaults, ["--method", "full"]).training.learning_rate == 2e-5
+    assert parse_recipe_args(_Data, defaults, ["--learning_rate", "1e-4"]).training.learning_rate == 1e-4
+    assert parse_recipe_args(_Data, defaults, ["--train_file", "x.csv"]).training.learning_rate == 1e-3
+
+
 def test_arguments_file(tmp_path):
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"method": "full", "num_train_epochs": 1, "output_dir": str(tmp_path / "o")}))
