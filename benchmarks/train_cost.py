@@ -405,6 +405,7 @@ def speed_worker(model_name: str, methods: List[str], batch: int, seq: int, step
 
     baton = Baton(methods)
     times: Dict[str, List[float]] = {m: [] for m in methods}
+    cpu_times: Dict[str, List[float]] = {m: [] for m in methods}
     errors: Dict[str, str] = {}
     runs = {}
 
@@ -415,13 +416,14 @@ def speed_worker(model_name: str, methods: List[str], batch: int, seq: int, step
 
         def on_train_begin(self, args, state, control, **kwargs):
             baton.wait(self.name)
-            self.start = time.perf_counter()
+            self.start, self.cpu = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kwargs):
             times[self.name].append(time.perf_counter() - self.start)
+            cpu_times[self.name].append(time.process_time() - self.cpu)
             baton.release(self.name)
             baton.wait(self.name)
-            self.start = time.perf_counter()
+            self.start, self.cpu = time.perf_counter(), time.process_time()
 
     tmp = tempfile.mkdtemp(prefix="bitfit_bench_speed_")
     for method in methods:
@@ -449,7 +451,7 @@ def speed_worker(model_name: str, methods: List[str], batch: int, seq: int, step
     for thread in threads:
         thread.join()
     return {"model": model_name, "methods": methods, "batch": batch, "seq": seq, "steps": steps,
-            "threads": torch.get_num_threads(), "times": times, "errors": errors,
+            "threads": torch.get_num_threads(), "times": times, "cpu_times": cpu_times, "errors": errors,
             "order": baton.log}
 
 
@@ -525,6 +527,12 @@ def aggregate(speed: dict, memory: Dict[str, List[dict]], warmup: int) -> Dict[s
             row["speed_vs_full"] = statistics.median(pairs) if pairs else None
         elif method == base and steps:
             row["speed_vs_full"] = 1.0
+        cpu = speed.get("cpu_times", {})
+        if base and cpu.get(method) and cpu.get(base):
+            # process CPU seconds per step (all threads): less sensitive to waiting for a core, more to spinning
+            row["cpu_seconds_per_step"] = statistics.median(cpu[method][warmup:])
+            row["cpu_speed_vs_full"] = statistics.median(
+                [f / m for f, m in zip(cpu[base][warmup:], cpu[method][warmup:])])
         mems = memory.get(method, [])
         if mems:
             row["peak_rss_bytes"] = _median([m["peak_rss_bytes"] for m in mems])
@@ -608,7 +616,9 @@ def target_lines(model_name: str, rows: Dict[str, dict]) -> List[str]:
     out = []
     if b.get("speed_vs_full") is not None:
         ok = b["speed_vs_full"] >= speed_min
-        out.append(f"- BitFit `all` speed vs full: {b['speed_vs_full']:.2f}x (target >= {speed_min:.2f}x): {'met' if ok else 'NOT met'}")
+        cpu = f" (by process CPU time: {b['cpu_speed_vs_full']:.2f}x)" if b.get("cpu_speed_vs_full") else ""
+        out.append(f"- BitFit `all` speed vs full: {b['speed_vs_full']:.2f}x{cpu} (target >= {speed_min:.2f}x): "
+                   f"{'met' if ok else 'NOT met'}")
     if "lora" in rows and rows["lora"].get("speed_vs_full") and b.get("speed_vs_full"):
         ratio = b["speed_vs_full"] / rows["lora"]["speed_vs_full"]
         out.append(f"- BitFit `all` vs LoRA r=8 speed: {ratio:.2f}x (target >= 1.00x): {'met' if ratio >= 1.0 else 'NOT met'}")
@@ -721,7 +731,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             json.dump(results, handle, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as handle:
-            handle.write("\n\n".join(tables) + "\n" + footer + "\n")
+            handle.write("\n\n".join(tables) + "\n\n" + footer)
     failures = {f"{mn}/{m}": r["check_failures"] for mn, res in results["models"].items()
                 for m, r in res["rows"].items() if r.get("check_failures")}
     if failures:

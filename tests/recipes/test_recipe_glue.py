@@ -58,6 +58,15 @@ def test_default_data_bitfit_with_predictions(tmp_path):
     model = AutoBitFitModel.from_pretrained(str(out), base_model=minilm_path())
     assert model.config.id2label == {0: "negative", 1: "positive"}
 
+    # evaluating the saved adapter on a fresh base model reproduces the run's accuracy and loss
+    again = tmp_path / "again"
+    load_recipe("glue").main(["--output_dir", str(again), "--do_eval", "--adapter_name_or_path", str(out),
+                              "--max_eval_samples", "32", "--disable_tqdm", "True"])
+    reloaded = read_json(again / "eval_results.json")
+    assert reloaded["eval_accuracy"] == results["eval_accuracy"]
+    assert reloaded["eval_loss"] == pytest.approx(results["eval_loss"], abs=1e-5)
+    assert "init_eval_accuracy" not in reloaded  # nothing trained: no before/after pair
+
 
 def test_local_pair_files_full_finetuning(tmp_path):
     from bitfit_hf.recipes import load_offline_dataset
