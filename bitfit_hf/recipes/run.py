@@ -25,12 +25,13 @@ from typing import Any, Callable, Dict, Optional
 from ..adapter_config import AdapterError
 from ..assets import AssetError
 from ..io import write_json_atomic
-from .args import DEFAULT_MODEL_ID, ParsedArgs
+from .args import DEFAULT_MODEL_ID, ParsedArgs, RecipeDefaults, parse_recipe_args
 from .errors import RecipeError
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "start_run",
     "setup_logging",
     "log_run_header",
     "resolve_model_source",
@@ -42,7 +43,11 @@ __all__ = [
     "adapter_label_names",
     "evaluate_sets",
     "evaluate_before_training",
+    "trainer_options",
+    "pad_multiple",
     "train_and_save",
+    "train_and_evaluate",
+    "finish_run",
     "save_metrics",
     "write_trainable_summary",
     "write_run_args",
@@ -96,6 +101,20 @@ def log_run_header(parsed: ParsedArgs, recipe: str) -> None:
         parsed.bitfit.method, " ".join(parsed.bitfit.bias_terms or ["all"]) if parsed.bitfit.method == "bitfit" else "-",
         args.learning_rate, args.output_dir,
     )
+
+
+def start_run(data_class, defaults: RecipeDefaults, argv=None):
+    """The first step of every recipe: parse the arguments (``--help`` lists them all), set up logging,
+    log what the run will do, check ``--method`` / ``--bias_terms`` before anything is loaded, and seed.
+    Returns ``(parsed, bitfit_config)``; ``parsed`` unpacks to model, data, BitFit and training arguments."""
+    from transformers import set_seed
+
+    parsed = parse_recipe_args(data_class, defaults, argv)
+    setup_logging(parsed.training)
+    log_run_header(parsed, defaults.recipe)
+    bitfit_config = parsed.bitfit.bitfit_config()
+    set_seed(parsed.training.seed)
+    return parsed, bitfit_config
 
 
 # --------------------------------------------------------------------------- model
@@ -279,16 +298,86 @@ def _resume_checkpoint(training_args) -> Optional[Any]:
     return value
 
 
+def trainer_options(model_args, bitfit_config) -> Dict[str, Any]:
+    """The ``BitFitTrainer`` arguments every recipe passes: what to train, and the base model (id and
+    revision) that the saved adapter names, so it can be pulled back onto a stock model."""
+    return {
+        "bitfit_config": bitfit_config,
+        "base_model_name_or_path": model_args.base_model_name_or_path,
+        "base_model_revision": None if model_args.model_revision == "main" else model_args.model_revision,
+    }
+
+
+def pad_multiple(training_args) -> Optional[int]:
+    """Pad batches to a multiple of 8 under fp16 / bf16 (tensor-core friendly shapes), else exactly."""
+    return 8 if training_args.fp16 or training_args.bf16 else None
+
+
 def train_and_save(trainer, training_args, num_train_samples: int) -> Dict[str, float]:
-    """Train (resuming when asked), save the adapter (or full model), and write ``train_results.json``."""
+    """Train (resuming when asked), save the adapter (or full model), and write ``train_results.json``.
+
+    Nothing is pushed here even with ``--push_to_hub``: :func:`finish_run` pushes once the final
+    evaluation is written, so the model card carries the final metrics.
+    """
     result = trainer.train(resume_from_checkpoint=_resume_checkpoint(training_args))
-    trainer.save_model()
+    trainer.save_model(_internal_call=True)
     metrics = dict(result.metrics)
     metrics["train_samples"] = num_train_samples
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()
     return metrics
+
+
+def train_and_evaluate(
+    trainer,
+    parsed: ParsedArgs,
+    evaluate: Callable[[str], Dict[str, float]],
+    num_train_samples: Optional[int],
+    eval_counts: Optional[Dict[str, int]] = None,
+) -> Dict[str, float]:
+    """The middle of every recipe: evaluate the untrained model (``init_eval_*``, unless
+    ``--eval_before_training false``), train and save, evaluate again; writes ``train_results.json`` and
+    ``eval_results.json``. ``evaluate(prefix)`` returns metrics keyed ``<prefix>_*``; ``eval_counts``
+    (e.g. ``{"eval_samples": 872}``) are added to the final evaluation's metrics."""
+    training_args = parsed.training
+    init_metrics: Dict[str, float] = {}
+    if training_args.do_eval and training_args.do_train and parsed.bitfit.eval_before_training:
+        init_metrics = evaluate_before_training(trainer, lambda: evaluate("init_eval"))
+    if training_args.do_train:
+        train_and_save(trainer, training_args, num_train_samples)
+    if not training_args.do_eval:
+        return {}
+    metrics = {**evaluate("eval"), **(eval_counts or {})}
+    save_metrics(trainer, "eval", {**init_metrics, **metrics})
+    return metrics
+
+
+def finish_run(trainer, parsed: ParsedArgs, tasks: str, hub_default: Optional[tuple] = None) -> None:
+    """The last step of every recipe, after evaluation and prediction (so the card has the final metrics):
+    with ``--push_to_hub``, push the adapter and its model card; otherwise, after training, write the
+    card (``README.md`` with the bias-change heat map) into ``--output_dir``. Call it on every process
+    (under ZeRO-3 saving is collective). ``hub_default``: the recipe's ``load_raw_datasets`` default."""
+    training_args, data = parsed.training, parsed.data
+    if not (training_args.push_to_hub or training_args.do_train):
+        return
+    local_files = data.train_file or data.validation_file or data.test_file
+    if parsed.offline_data:
+        from .data import OFFLINE_DATASETS
+
+        spec = OFFLINE_DATASETS.get(data.dataset_name)
+        card = {"dataset": spec.description if spec else data.dataset_name}
+    elif data.dataset_name or (hub_default and not local_files):
+        name, config = (data.dataset_name, data.dataset_config_name) if data.dataset_name else hub_default
+        card = {"dataset_tags": name, "dataset_args": config, "dataset": name}
+    else:
+        card = {}
+    card = {"tasks": tasks, "language": "en" if parsed.offline_data else None, **card}
+    card = {k: v for k, v in card.items() if v is not None}
+    if training_args.push_to_hub:
+        trainer.push_to_hub(commit_message="End of training", **card)
+    else:
+        trainer.create_model_card(**card)
 
 
 def save_metrics(trainer, split: str, metrics: Dict[str, float]) -> None:

@@ -238,6 +238,39 @@ def test_trainer_hub_flags_push_only_adapter_and_card(hub_server, hf_home, tmp_p
     assert_no_token_in_files(out_dir, hf_home)
 
 
+RECIPE_PUSH = """
+import importlib.util, json
+spec = importlib.util.spec_from_file_location("glue_recipe", RECIPE)
+glue = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(glue)
+glue.main(["--output_dir", OUT, "--max_train_samples", "32", "--max_eval_samples", "32", "--max_steps", "2",
+           "--per_device_train_batch_size", "16", "--save_strategy", "no", "--disable_tqdm", "True",
+           "--push_to_hub", "--hub_model_id", "tester/glue-recipe"])
+with open(OUT + "/eval_results.json") as handle:
+    result = json.load(handle)
+"""
+
+
+def test_recipe_pushes_once_after_the_final_evaluation(hub_server, hf_home, tmp_path):
+    """``recipes/glue.py --push_to_hub``: one commit, made after the final evaluation, so the card's
+    model-index holds the final accuracy; only the adapter and its card reach the Hub."""
+    recipe = os.path.join(os.path.dirname(__file__), "..", "..", "recipes", "glue.py")
+    out_dir = tmp_path / "glue"
+    results = run(snippet(RECIPE_PUSH, RECIPE=os.path.abspath(recipe), OUT=str(out_dir)), hub_server, hf_home,
+                  timeout=600).value
+    repo = "tester/glue-recipe"
+    assert [c.title for c in hub_server.commits(repo)][0] == "End of training"
+    assert len([c for c in hub_server.commits(repo) if c.title != "initial commit"]) == 1, "pushed more than once"
+    files = hub_server.files(repo)
+    assert set(files) == MANAGED | {".gitattributes"}
+    card = front_matter(files["README.md"])
+    metrics = {m["type"]: m["value"] for m in card["model-index"][0]["results"][0]["metrics"]}
+    assert metrics["accuracy"] == pytest.approx(results["eval_accuracy"])
+    assert card["base_model"] == "sentence-transformers/all-MiniLM-L6-v2" and card["language"] == "en"
+    assert "movie-review" in files["README.md"].decode()  # the offline dataset named in the card
+    assert (out_dir / "README.md").read_bytes() == files["README.md"]
+
+
 CLI = """
 from bitfit_hf import BitFitAdapter
 from bitfit_hf.hub import main

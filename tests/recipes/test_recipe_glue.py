@@ -50,6 +50,16 @@ def test_default_data_bitfit_with_predictions(tmp_path):
     assert summary["trainable_params"] == 26_882  # 26,112 biases + the 770-parameter classifier
     run_args = read_json(out / "run_args.json")
     assert run_args["recipe_defaults"]["learning_rate"] == 1e-3 and run_args["offline_data"] is True
+    # the model card is written last, so its model-index holds the final (not the untrained) accuracy
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "README.md")
+    shown = {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert shown == {("validation", "accuracy"): pytest.approx(results["eval_accuracy"]),
+                     ("test", "accuracy"): pytest.approx(everything["predict_accuracy"])}, shown
+    before = f"| validation (before training) | accuracy | {results['init_eval_accuracy']:.4f} |"
+    assert before in card.text, "the card's table shows the untrained model's accuracy beside the final one"
+    assert card.data.base_model == DEFAULT_MODEL_ID and "bitfit" in card.data.tags
 
     # the adapter loads onto a stock model
     from bitfit_hf import AutoBitFitModel
