@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from typing import Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -294,34 +294,8 @@ def measure_mixed(base, adapters: Dict[str, object], batch: int, seq: int, reps:
 
 
 # --------------------------------------------------------------------------------------------------
-def _loadavg() -> List[float]:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return []
 
 
-def machine_info() -> dict:
-    import torch
-    import transformers
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name"):
-                cpu = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    try:
-        import peft
-
-        peft_version = peft.__version__
-    except ImportError:
-        peft_version = "-"
-    return {"cpu": cpu, "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "peft": peft_version,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def _size(x: int) -> str:
@@ -397,7 +371,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     switch_reps = args.switch_reps or (100 if quick else 2000)
     info = machine_info()
     info["command"] = "python benchmarks/task_switching.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    info["load_before"] = _loadavg()
+    info["load_before"] = load_average()
     print(f"# task_switching: {info['cpu']}, {info['cpus']} CPUs, torch {info['torch']} ({info['torch_threads']} "
           f"threads), transformers {info['transformers']}; load {info['load_before']}", flush=True)
     results = {"machine": info, "models": {}}
@@ -416,7 +390,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                  switch_reps, 1 if quick else 3)
             res["sizes"] = sizes
         res["mixed"] = measure_mixed(base, adapters, batch, seq, reps, 1)
-        res["load_after"] = _loadavg()
+        res["load_after"] = load_average()
         print(f"  {model_name}: done in {time.time() - t0:.0f} s, load {res['load_after']}", flush=True)
         results["models"][model_name] = res
         text = report(model_name, res)
@@ -427,18 +401,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if res["switching"]["activate_max_abs_diff"] > 1e-5:
             failures.append(f"{model_name}: activate() differs from a freshly applied adapter")
         del base
-    info["load_after"] = _loadavg()
-    footer = (f"Machine: {info['cpu']} ({info['cpus']} CPUs, {info['torch_threads']} torch threads); Python "
-              f"{info['python']}, torch {info['torch']}, transformers {info['transformers']}, peft {info['peft']}; "
-              f"{info['date']}; load average before {info['load_before']}, after {info['load_after']}.\n"
-              f"Command: `{info['command'].strip()}`\n")
-    print(footer, flush=True)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=1)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write("\n".join(sections) + "\n" + footer)
+    info["load_after"] = load_average()
+    text = footer(info)
+    print(text, flush=True)
+    write_outputs(args.json, args.markdown, results, "\n".join(sections) + "\n" + text)
     if failures:
         print("CORRECTNESS FAILURES: " + "; ".join(failures), file=sys.stderr)
         return 1

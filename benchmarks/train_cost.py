@@ -35,18 +35,19 @@ table alone.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import hashlib
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from typing import Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -488,37 +489,8 @@ def _run_worker(argv: List[str], timeout: Optional[float]) -> dict:
     raise RuntimeError(f"worker {' '.join(argv)} printed no RESULT line:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
 
 
-def _loadavg() -> List[float]:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return []
 
 
-def machine_info() -> dict:
-    import peft
-    import torch
-    import transformers
-
-    model = platform.processor() or platform.machine()
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                model = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return {
-        "cpu": model,
-        "cpus": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "peft": peft.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
-    }
 
 
 def _median(values):
@@ -700,7 +672,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     info = machine_info()
     info["command"] = "python benchmarks/train_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    info["load_before"] = _loadavg()
+    info["load_before"] = load_average()
     print(f"# train_cost: {info['cpu']}, {info['cpus']} CPUs, torch {info['torch']} ({info['torch_threads']} threads), "
           f"transformers {info['transformers']}, peft {info['peft']}; load {info['load_before']}", flush=True)
     results = {"machine": info, "models": {}}
@@ -711,9 +683,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         speed = {"methods": methods, "times": {}, "batch": batch, "errors": {}}
         t0 = time.time()
         if not args.skip_speed:
-            load = _loadavg()
+            load = load_average()
             speed = run_speed(model_name, methods, batch, seq, warmup + rounds)
-            speed["load"] = [load, _loadavg()]
+            speed["load"] = [load, load_average()]
             if speed["errors"]:
                 raise RuntimeError(f"speed run failed: {speed['errors']}")
             print(f"  {model_name}: speed done in {time.time() - t0:.0f} s, load {speed['load']}", flush=True)
@@ -735,19 +707,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         lines = target_lines(model_name, rows)
         tables.append(table + ("\n\n" + "\n".join(lines) if lines else ""))
         print("\n" + tables[-1] + "\n", flush=True)
-    info["load_after"] = _loadavg()
-    footer = (f"Machine: {info['cpu']} ({info['cpus']} CPUs, {info['torch_threads']} torch threads); "
-              f"Python {info['python']}, torch {info['torch']}, transformers {info['transformers']}, "
-              f"peft {info['peft']}; {info['date']}; glibc malloc settings {info['malloc_env'] or 'default'}; "
-              f"load average before {info['load_before']}, "
-              f"after {info['load_after']}.\nCommand: `{info['command'].strip()}`\n")
-    print(footer, flush=True)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=1)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write("\n\n".join(tables) + "\n\n" + footer)
+    info["load_after"] = load_average()
+    text = footer(info)
+    print(text, flush=True)
+    write_outputs(args.json, args.markdown, results, "\n\n".join(tables) + "\n\n" + text)
     failures = {f"{mn}/{m}": r["check_failures"] for mn, res in results["models"].items()
                 for m, r in res["rows"].items() if r.get("check_failures")}
     if failures:
