@@ -635,7 +635,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--json", default=None, help="write everything measured to this file")
     parser.add_argument("--markdown", default=None, help="write the tables to this file")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds per worker process")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per memory worker process")
     parser.add_argument("--worker", choices=["speed", "memory"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-model", help=argparse.SUPPRESS)
     parser.add_argument("--worker-methods", help=argparse.SUPPRESS)

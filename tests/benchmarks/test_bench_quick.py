@@ -61,3 +61,18 @@ def test_task_switching_quick(tmp_path):
     assert mixed["argmax_identical"] is True
     assert mixed["max_abs_diff_vs_separate"] < 1e-4
     assert len(mixed["rows"]) == 4
+
+
+@pytest.mark.slow
+def test_step_breakdown_tiny(tmp_path):
+    out, md = tmp_path / "breakdown.json", tmp_path / "breakdown.md"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "step_breakdown.py"), "--model", "tiny",
+                           "--batch-size", "2", "--seq", "16", "--reps", "1", "--json", str(out), "--markdown", str(md)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"full:on", "bitfit:on", "full:off", "bitfit:off"}
+    assert all(row["forward_s"] > 0 and row["backward_s"] > 0 for row in rows.values())
+    ops = {op["op"] for op in rows["bitfit:on"]["top_ops"]}
+    assert "aten::addmm" in ops  # the profile of a real step, not an empty one
+    assert "Command: `python benchmarks/step_breakdown.py" in md.read_text()

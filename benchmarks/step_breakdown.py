@@ -1,0 +1,132 @@
+"""Where a training step's time goes: forward and backward of full fine-tuning against BitFit, without
+the Trainer or an optimizer, with dropout on and off, and the operators that dominate a BitFit step.
+
+    python benchmarks/step_breakdown.py                      # all-MiniLM-L6-v2, batch 32, sequence 128
+    python benchmarks/step_breakdown.py --model bert-base --batch-size 8
+
+This is the diagnostic behind "Why MiniLM stays below 1.40x" in benchmarks/README.md: BitFit can only
+save the weight-gradient products (and the embedding gradient); everything else in the step is the same.
+Each configuration runs in a fresh process; times are medians over ``--reps`` steps after 2 warm-up steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
+
+
+def measure(model_name: str, method: str, dropout: bool, batch: int, seq: int, reps: int, top_ops: int) -> dict:
+    """Forward and backward seconds of one configuration (run in a worker process)."""
+    import torch
+
+    from bitfit_hf import BitFitConfig, apply_bitfit
+    from train_cost import build_model
+
+    model = build_model(model_name)
+    if not dropout:
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        model.config.attention_probs_dropout_prob = 0.0  # the attention kernels read the config
+        for module in model.modules():
+            if hasattr(module, "dropout_prob"):
+                module.dropout_prob = 0.0
+    if method == "bitfit":
+        apply_bitfit(model, BitFitConfig(bias_terms="all"))
+    model.train()
+    generator = torch.Generator().manual_seed(0)
+    inputs = {"input_ids": torch.randint(min(1000, model.config.vocab_size // 2), model.config.vocab_size, (batch, seq), generator=generator),
+              "attention_mask": torch.ones(batch, seq, dtype=torch.long),
+              "labels": torch.randint(0, 2, (batch,), generator=generator)}
+    forward, backward = [], []
+    for step in range(2 + reps):
+        t0 = time.perf_counter()
+        loss = model(**inputs).loss
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        if step >= 2:
+            forward.append(t1 - t0)
+            backward.append(t2 - t1)
+    result = {"forward_s": statistics.median(forward), "backward_s": statistics.median(backward)}
+    if top_ops:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            model(**inputs).loss.backward()
+        events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+        total = sum(e.self_cpu_time_total for e in events)
+        result["top_ops"] = [{"op": e.key, "self_s": e.self_cpu_time_total / 1e6, "share": e.self_cpu_time_total / total,
+                              "calls": e.count} for e in events[:top_ops]]
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="minilm", choices=["minilm", "bert-base", "tiny"])
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--reps", type=int, default=4)
+    parser.add_argument("--top-ops", type=int, default=8, help="operators listed for the BitFit step (0: none)")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--markdown", default=None)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.worker:
+        method, dropout = args.worker.split(":")
+        top = args.top_ops if method == "bitfit" and dropout == "on" else 0
+        print("RESULT " + json.dumps(measure(args.model, method, dropout == "on", args.batch_size, args.seq,
+                                             args.reps, top)))
+        return 0
+
+    info = machine_info()
+    info["command"] = "python benchmarks/step_breakdown.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    info["load_before"] = load_average()
+    rows = {}
+    common = [sys.executable, os.path.abspath(__file__), "--model", args.model, "--batch-size", str(args.batch_size),
+              "--seq", str(args.seq), "--reps", str(args.reps), "--top-ops", str(args.top_ops)]
+    for dropout in ("on", "off"):
+        for method in ("full", "bitfit"):
+            proc = subprocess.run([*common, "--worker", f"{method}:{dropout}"], capture_output=True, text=True)
+            lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+            if proc.returncode != 0 or not lines:
+                raise SystemExit(f"worker {method}:{dropout} failed:\n{proc.stderr[-3000:]}")
+            rows[(method, dropout)] = json.loads(lines[-1][len("RESULT "):])
+    info["load_after"] = load_average()
+
+    lines = [f"**{args.model}**, batch {args.batch_size}, sequence {args.seq}: one forward and one backward, "
+             f"no Trainer, no optimizer (median of {args.reps})", "",
+             "| | forward | backward | forward + backward | BitFit faster by |", "| --- | ---: | ---: | ---: | ---: |"]
+    for dropout in ("on", "off"):
+        full = rows[("full", dropout)]
+        for method in ("full", "bitfit"):
+            row = rows[(method, dropout)]
+            both = row["forward_s"] + row["backward_s"]
+            ratio = (full["forward_s"] + full["backward_s"]) / both
+            name = ("full fine-tuning" if method == "full" else "BitFit `all`") + ("" if dropout == "on" else ", dropout off")
+            lines.append(f"| {name} | {row['forward_s']:.2f} s | {row['backward_s']:.2f} s | {both:.2f} s | "
+                         f"{'-' if method == 'full' else f'{ratio:.2f}x'} |")
+    ops = rows[("bitfit", "on")].get("top_ops")
+    if ops:
+        lines += ["", "Operators of one BitFit step (forward + backward), by self CPU time:", "",
+                  "| operator | self time | share | calls |", "| --- | ---: | ---: | ---: |"]
+        lines += [f"| `{o['op']}` | {o['self_s']:.3f} s | {o['share']:.0%} | {o['calls']} |" for o in ops]
+    text = "\n".join(lines) + "\n\n" + footer(info)
+    print(text, flush=True)
+    write_outputs(args.json, args.markdown, {"machine": info, "rows": {f"{m}:{d}": r for (m, d), r in rows.items()}},
+                  text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
