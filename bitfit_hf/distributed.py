@@ -138,9 +138,9 @@ def _env_true(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in _TRUE
 
 
-def _ancestor_cmdlines(max_depth: int = 6) -> List[List[str]]:
-    """Command lines of this process's ancestors (Linux ``/proc``; empty elsewhere)."""
-    lines: List[List[str]] = []
+def _ancestors(max_depth: int = 6) -> List[tuple]:
+    """``(pid, command line)`` of this process's ancestors, parent first (Linux ``/proc``; empty elsewhere)."""
+    found: List[tuple] = []
     pid = os.getpid()
     for _ in range(max_depth):
         try:
@@ -156,9 +156,66 @@ def _ancestor_cmdlines(max_depth: int = 6) -> List[List[str]]:
                 raw = handle.read()
         except OSError:
             break
-        lines.append([part.decode(errors="replace") for part in raw.split(b"\0") if part])
+        found.append((ppid, [part.decode(errors="replace") for part in raw.split(b"\0") if part]))
         pid = ppid
-    return lines
+    return found
+
+
+def _ancestor_cmdlines(max_depth: int = 6) -> List[List[str]]:
+    """Command lines of this process's ancestors (Linux ``/proc``; empty elsewhere)."""
+    return [argv for _, argv in _ancestors(max_depth)]
+
+
+def _environ_of(pid: int) -> Optional[Dict[str, str]]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    pairs = (part.decode(errors="replace").partition("=") for part in raw.split(b"\0") if part)
+    return {key: value for key, _, value in pairs}
+
+
+def threads_pinned_by_launcher(ancestors: Optional[List[tuple]] = None,
+                               environ_of=_environ_of) -> bool:
+    """Whether ``accelerate launch`` set ``OMP_NUM_THREADS=1`` for this process on its own.
+
+    Without ``--num_cpu_threads_per_process``, an ``OMP_NUM_THREADS`` of its own, or ``use_cpu`` in its
+    config, ``accelerate launch`` exports ``OMP_NUM_THREADS=1`` to the script, so a single CPU-only
+    process would train on one core of many. True only when this process is alone, torch runs one
+    thread, and the launch command named no thread count while its environment had none.
+    """
+    if os.environ.get("OMP_NUM_THREADS") != "1" or torch.get_num_threads() != 1:
+        return False
+    if launched_world_size() > 1 or accelerator_available():
+        return False
+    for pid, argv in (_ancestors() if ancestors is None else ancestors):
+        launch_argv = _accelerate_launch_argv(argv)
+        if launch_argv is None:
+            continue
+        if any(arg.startswith("--num_cpu_threads_per_process") for arg in launch_argv):
+            return False
+        env = environ_of(pid)
+        return env is not None and "OMP_NUM_THREADS" not in env
+    return False
+
+
+def use_available_cpu_threads() -> Optional[int]:
+    """Undo ``accelerate launch``'s default of one CPU thread for a single-process CPU run (see
+    :func:`threads_pinned_by_launcher`); an explicit thread count is always kept. Returns the new count."""
+    if not threads_pinned_by_launcher():
+        return None
+    try:
+        threads = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        threads = os.cpu_count() or 1
+    if threads <= 1:
+        return None
+    torch.set_num_threads(threads)
+    logger.info("accelerate launch left this single CPU process at 1 thread (OMP_NUM_THREADS=1, its default); "
+                "training on the %d available cores instead. Pass --num_cpu_threads_per_process N to "
+                "`accelerate launch`, or set OMP_NUM_THREADS, to choose.", threads)
+    return threads
 
 
 def _accelerate_launch_argv(argv: List[str]) -> Optional[List[str]]:

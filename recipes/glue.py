@@ -75,7 +75,7 @@ def glue_on_hub(task):
 def main(argv=None):
     # 1. Arguments: ModelArguments, GlueDataArguments, BitFitArguments, TrainingArguments.
     parsed, bitfit_config = recipe.start_run(GlueDataArguments, DEFAULTS, argv)
-    model_args, data_args, bitfit_args, training_args = parsed
+    model_args, data_args, _, training_args = parsed  # (BitFit arguments: already in bitfit_config)
     task_name = data_args.task_name
     if task_name is None and (data_args.dataset_name or "").split("/")[-1] == "glue":
         task_name = data_args.dataset_config_name  # --dataset_name nyu-mll/glue --dataset_config_name rte

@@ -67,7 +67,7 @@ DEFAULTS = RecipeDefaults(
 def main(argv=None):
     # 1. Arguments: ModelArguments, PosDataArguments, BitFitArguments, TrainingArguments.
     parsed, bitfit_config = recipe.start_run(PosDataArguments, DEFAULTS, argv)
-    model_args, data_args, bitfit_args, training_args = parsed
+    model_args, data_args, _, training_args = parsed  # (BitFit arguments: already in bitfit_config)
 
     # 2. Data: the offline WSJ sample, a Hub dataset, or word/TAG, CoNLL, csv or json files.
     raw = load_raw_datasets(data_args, model_args, native_reader=read_tagging_native)

@@ -67,7 +67,7 @@ DEFAULTS = RecipeDefaults(
 def main(argv=None):
     # 1. Arguments: ModelArguments, SquadDataArguments, BitFitArguments, TrainingArguments.
     parsed, bitfit_config = recipe.start_run(SquadDataArguments, DEFAULTS, argv)
-    model_args, data_args, bitfit_args, training_args = parsed
+    model_args, data_args, _, training_args = parsed  # (BitFit arguments: already in bitfit_config)
     question, context, answers, qid = (data_args.question_column_name, data_args.context_column_name,
                                        data_args.answer_column_name, data_args.id_column_name)
 

@@ -109,8 +109,11 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     Returns ``(parsed, bitfit_config)``; ``parsed`` unpacks to model, data, BitFit and training arguments."""
     from transformers import set_seed
 
+    from ..distributed import use_available_cpu_threads
+
     parsed = parse_recipe_args(data_class, defaults, argv)
     setup_logging(parsed.training)
+    use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread
     log_run_header(parsed, defaults.recipe)
     bitfit_config = parsed.bitfit.bitfit_config()
     set_seed(parsed.training.seed)

@@ -264,3 +264,51 @@ def test_evaluation_marking_is_reset(trainer):
     assert D.reset_evaluation_wrapping(trainer) == ["_is_accelerate_prepared"]
     assert model._is_accelerate_prepared is False
     assert D.reset_evaluation_wrapping(trainer) == []
+
+
+# --- accelerate launch's one-thread default for a CPU process ---------------------------------------
+LAUNCH = ["/usr/bin/python", "/usr/local/bin/accelerate", "launch", "recipes/glue.py"]
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(D, "accelerator_available", lambda: False)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_threads_pinned_by_launcher_default(one_thread):
+    # accelerate launch, no thread flag, no OMP_NUM_THREADS in its environment: the 1 is accelerate's default
+    assert D.threads_pinned_by_launcher([(42, ["bash"]), (41, LAUNCH)], environ_of=lambda pid: {"PATH": "/bin"})
+
+
+@pytest.mark.parametrize("ancestors,environ", [
+    ([(41, LAUNCH[:3] + ["--num_cpu_threads_per_process", "1", "recipes/glue.py"])], {}),  # asked for 1
+    ([(41, LAUNCH[:3] + ["--num_cpu_threads_per_process=1", "recipes/glue.py"])], {}),
+    ([(41, LAUNCH)], {"OMP_NUM_THREADS": "1"}),  # the user's own OMP_NUM_THREADS
+    ([(41, ["/usr/bin/python", "recipes/glue.py"])], {}),  # not launched by accelerate
+    ([(41, LAUNCH)], None),  # the launcher's environment cannot be read: keep what was set
+])
+def test_threads_kept_when_chosen_or_unknown(one_thread, ancestors, environ):
+    assert not D.threads_pinned_by_launcher(ancestors, environ_of=lambda pid: environ)
+
+
+def test_threads_kept_for_several_processes_or_more_threads(one_thread, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a multi-process CPU launch shares the cores on purpose
+    assert not D.threads_pinned_by_launcher([(41, LAUNCH)], environ_of=lambda pid: {})
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert not D.threads_pinned_by_launcher([(41, LAUNCH)], environ_of=lambda pid: {})
+
+
+def test_use_available_cpu_threads_raises_the_count(one_thread, monkeypatch):
+    monkeypatch.setattr(D, "threads_pinned_by_launcher", lambda: True)
+    monkeypatch.setattr(D.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    assert D.use_available_cpu_threads() == 3 and torch.get_num_threads() == 3
+    monkeypatch.setattr(D, "threads_pinned_by_launcher", lambda: False)
+    torch.set_num_threads(1)
+    assert D.use_available_cpu_threads() is None and torch.get_num_threads() == 1
