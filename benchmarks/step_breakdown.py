@@ -31,14 +31,10 @@ def measure(model_name: str, method: str, dropout: bool, batch: int, seq: int, r
     from train_cost import build_model
 
     model = build_model(model_name)
-    if not dropout:
+    if not dropout:  # BERT's attention passes its nn.Dropout's p to the attention kernel too
         for module in model.modules():
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
-        model.config.attention_probs_dropout_prob = 0.0  # the attention kernels read the config
-        for module in model.modules():
-            if hasattr(module, "dropout_prob"):
-                module.dropout_prob = 0.0
     if method == "bitfit":
         apply_bitfit(model, BitFitConfig(bias_terms="all"))
     model.train()
