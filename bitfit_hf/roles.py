@@ -199,6 +199,79 @@ _T5["b_LN2"] = [
 ]
 _T5["b_xLN"] = [RoleRule(r"(?P<stack>decoder)\.block\.(?P<layer>\d+)\.layer\.1\.layer_norm")]
 
+_ALBERT_LAYER = r"encoder\.albert_layer_groups\.(?P<layer>\d+)\.albert_layers\.\d+\."
+# ALBERT shares one set of layer weights across all layers: a "layer" here is a layer group (one by default).
+_ALBERT = {
+    **{role: [RoleRule(_ALBERT_LAYER + tail)] for role, tail in {
+        "b_q": r"attention\.query",
+        "b_k": r"attention\.key",
+        "b_v": r"attention\.value",
+        "b_m1": r"attention\.dense",
+        "b_LN1": r"attention\.LayerNorm",
+        "b_m2": r"ffn",
+        "b_m3": r"ffn_output",
+        "b_LN2": r"full_layer_layer_norm",
+    }.items()},
+    "b_emb_LN": [RoleRule(r"embeddings\.LayerNorm")],
+    "b_pooler": [RoleRule(r"albert\.pooler")],
+}
+
+# BART / mBART / OPT: ``<stack>.layers.<i>``; the per-layer ``final_layer_norm`` is the MLP's LayerNorm.
+_SEQ2SEQ_LAYER = r"(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\."
+_BART_LIKE = {
+    **{role: [RoleRule(_SEQ2SEQ_LAYER + tail)] for role, tail in {
+        "b_q": r"self_attn\.q_proj",
+        "b_k": r"self_attn\.k_proj",
+        "b_v": r"self_attn\.v_proj",
+        "b_m1": r"self_attn\.out_proj",
+        "b_LN1": r"self_attn_layer_norm",
+        "b_m2": r"fc1",
+        "b_m3": r"fc2",
+        "b_LN2": r"final_layer_norm",
+        "b_xq": r"encoder_attn\.q_proj",
+        "b_xk": r"encoder_attn\.k_proj",
+        "b_xv": r"encoder_attn\.v_proj",
+        "b_xm1": r"encoder_attn\.out_proj",
+        "b_xLN": r"encoder_attn_layer_norm",
+    }.items()},
+    "b_emb_LN": [RoleRule(r"(?:encoder|decoder)\.layernorm_embedding")],
+    "b_final_LN": [RoleRule(r"(?:encoder|decoder)\.layer_norm")],  # mBART's pre-LN stacks
+}
+
+_OPT = {
+    **_layered(
+        r"decoder\.layers",
+        {
+            "b_q": r"self_attn\.q_proj",
+            "b_k": r"self_attn\.k_proj",
+            "b_v": r"self_attn\.v_proj",
+            "b_m1": r"self_attn\.out_proj",
+            "b_LN1": r"self_attn_layer_norm",
+            "b_m2": r"fc1",
+            "b_m3": r"fc2",
+            "b_LN2": r"final_layer_norm",
+        },
+    ),
+    "b_final_LN": [RoleRule(r"decoder\.final_layer_norm")],
+}
+
+# Phi runs attention and the MLP in parallel from one LayerNorm, so there is no b_LN2.
+_PHI = {
+    **_layered(
+        r"layers",
+        {
+            "b_q": r"self_attn\.q_proj",
+            "b_k": r"self_attn\.k_proj",
+            "b_v": r"self_attn\.v_proj",
+            "b_m1": r"self_attn\.dense",
+            "b_LN1": r"input_layernorm",
+            "b_m2": r"mlp\.fc1",
+            "b_m3": r"mlp\.fc2",
+        },
+    ),
+    "b_final_LN": [RoleRule(r"final_layernorm")],
+}
+
 ARCHITECTURE_ROLES: Dict[str, Dict[str, List[RoleRule]]] = {
     "bert": _BERT_LIKE,
     "roberta": _BERT_LIKE,
@@ -218,6 +291,11 @@ ARCHITECTURE_ROLES: Dict[str, Dict[str, List[RoleRule]]] = {
     "gemma": _LLAMA_LIKE,
     "t5": _T5,
     "mt5": _T5,
+    "albert": _ALBERT,
+    "bart": _BART_LIKE,
+    "mbart": _BART_LIKE,
+    "opt": _OPT,
+    "phi": _PHI,
 }
 
 

@@ -42,8 +42,18 @@ TINY_CONFIGS = {
     "llama": lambda: T.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64, vocab_size=100, pad_token_id=0),
     "mistral": lambda: T.MistralConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64, vocab_size=100, pad_token_id=0),
     "t5": lambda: T.T5Config(d_model=32, num_layers=2, num_heads=2, d_ff=64, d_kv=16, vocab_size=100, pad_token_id=0, decoder_start_token_id=0),
+    "albert": lambda: T.AlbertConfig(hidden_size=32, embedding_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100),
+    "bart": lambda: T.BartConfig(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+                                 encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=100, max_position_embeddings=64,
+                                 pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2),
+    "mbart": lambda: T.MBartConfig(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+                                   encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=100, max_position_embeddings=64,
+                                   pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2),
+    "opt": lambda: T.OPTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64, vocab_size=100,
+                               word_embed_proj_dim=32, max_position_embeddings=64, pad_token_id=1),
+    "phi": lambda: T.PhiConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100, pad_token_id=0),
 }
-BIASED_ARCHS = ["bert", "roberta", "distilbert", "electra", "mpnet", "deberta-v2", "gpt2"]
+BIASED_ARCHS = ["bert", "roberta", "distilbert", "electra", "mpnet", "deberta-v2", "gpt2", "albert", "bart", "mbart", "opt", "phi"]
 BIASLESS_ARCHS = ["llama", "mistral", "t5"]
 
 

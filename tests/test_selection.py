@@ -7,8 +7,8 @@ import torch
 import transformers as T
 
 from bitfit_hf import BitFitConfig, apply_bitfit, resolve
-from bitfit_hf.roles import PAPER_ROLES
-from conftest import BIASED_ARCHS, BIASLESS_ARCHS, tiny_model
+from bitfit_hf.roles import PAPER_ROLES, roles_for
+from conftest import BIASED_ARCHS, BIASLESS_ARCHS, batch, tiny_model
 
 # Hand-written parameter names (layer index {L}) for each role, independent of the regex tables.
 EXPECTED = {
@@ -37,13 +37,22 @@ EXPECTED = {
         "b_m1": "self_attn.o_proj.bias", "b_LN1": "input_layernorm.bias",
         "b_m2": ("mlp.gate_proj.bias", "mlp.up_proj.bias"), "b_m3": "mlp.down_proj.bias",
         "b_LN2": "post_attention_layernorm.bias"}),
+    "opt": ("model.decoder.layers.{L}.", {
+        "b_q": "self_attn.q_proj.bias", "b_k": "self_attn.k_proj.bias", "b_v": "self_attn.v_proj.bias",
+        "b_m1": "self_attn.out_proj.bias", "b_LN1": "self_attn_layer_norm.bias", "b_m2": "fc1.bias", "b_m3": "fc2.bias",
+        "b_LN2": "final_layer_norm.bias"}),
+    "phi": ("model.layers.{L}.", {  # one LayerNorm feeds attention and MLP in parallel: no b_LN2
+        "b_q": "self_attn.q_proj.bias", "b_k": "self_attn.k_proj.bias", "b_v": "self_attn.v_proj.bias",
+        "b_m1": "self_attn.dense.bias", "b_LN1": "input_layernorm.bias", "b_m2": "mlp.fc1.bias", "b_m3": "mlp.fc2.bias"}),
 }
 EXPECTED["roberta"] = ("roberta.encoder.layer.{L}.", EXPECTED["bert"][1])
 EXPECTED["electra"] = ("electra.encoder.layer.{L}.", EXPECTED["bert"][1])
 EXPECTED["mistral"] = EXPECTED["llama"]
 HEADS = {"bert": ["classifier."], "roberta": ["classifier."], "electra": ["classifier."], "mpnet": ["classifier."],
          "distilbert": ["pre_classifier.", "classifier."], "deberta-v2": ["pooler.", "classifier."],
-         "gpt2": ["score."], "llama": ["score."], "mistral": ["score."], "t5": ["classification_head."]}
+         "gpt2": ["score."], "llama": ["score."], "mistral": ["score."], "t5": ["classification_head."],
+         "albert": ["classifier."], "bart": ["classification_head."], "mbart": ["classification_head."],
+         "opt": ["score."], "phi": ["score."]}
 
 
 def expected_names(arch, role, layers=2):
@@ -56,6 +65,10 @@ def expected_names(arch, role, layers=2):
 @pytest.mark.parametrize("role", list(PAPER_ROLES))
 def test_each_role_selects_exactly_its_biases(arch, role):
     model = tiny_model(arch)
+    if role not in EXPECTED[arch][1]:  # the architecture has no such bias: a clear error, not an empty selection
+        with pytest.raises(ValueError, match=f"Role '{role}' selects no parameter.*This architecture has the roles"):
+            resolve(model, BitFitConfig([role], train_head=False))
+        return
     selection = resolve(model, BitFitConfig([role], train_head=False))
     assert sorted(selection.parameter_names) == expected_names(arch, role)
     assert {e.role for e in selection.entries} == {role}
@@ -68,8 +81,10 @@ def test_b_m3_never_catches_the_attention_output(arch):
     model = tiny_model(arch)
     names = resolve(model, BitFitConfig(["b_m3"], train_head=False)).parameter_names
     assert names and not any("attention" in n or "attn.c_proj" in n for n in names)
+    if "b_LN2" not in roles_for(model.config.model_type):  # Phi: one LayerNorm per layer
+        return
     ln2 = resolve(model, BitFitConfig(["b_LN2"], train_head=False)).parameter_names
-    assert not any("attention" in n or "sa_layer_norm" in n or "ln_1" in n for n in ln2)
+    assert ln2 and not any("attention" in n or "attn" in n or "sa_layer_norm" in n or "ln_1" in n for n in ln2)
 
 
 @pytest.mark.parametrize("arch", BIASED_ARCHS + BIASLESS_ARCHS)
@@ -114,6 +129,74 @@ def test_t5_roles_cover_encoder_and_decoder_stacks():
     assert {e.layer for e in sel.entries} == {"encoder.0", "encoder.1", "decoder.0", "decoder.1"}
 
 
+@pytest.mark.parametrize("arch", ["bart", "mbart"])
+def test_bart_roles_cover_both_stacks_and_cross_attention(arch):
+    model = tiny_model(arch)
+    roles = ["b_q", "b_m1", "b_LN1", "b_LN2", "b_xq", "b_xLN", "b_emb_LN"]
+    sel = resolve(model, BitFitConfig(roles, train_head=False))
+    by_role = {}
+    for e in sel.entries:
+        by_role.setdefault(e.role, []).append(e.name)
+    layers = [(s, l) for s in ("encoder", "decoder") for l in (0, 1)]
+    assert sorted(by_role["b_q"]) == sorted(f"model.{s}.layers.{l}.self_attn.q_proj.bias" for s, l in layers)
+    assert sorted(by_role["b_m1"]) == sorted(f"model.{s}.layers.{l}.self_attn.out_proj.bias" for s, l in layers)
+    assert sorted(by_role["b_LN1"]) == sorted(f"model.{s}.layers.{l}.self_attn_layer_norm.bias" for s, l in layers)
+    assert sorted(by_role["b_LN2"]) == sorted(f"model.{s}.layers.{l}.final_layer_norm.bias" for s, l in layers)
+    assert sorted(by_role["b_xq"]) == [f"model.decoder.layers.{l}.encoder_attn.q_proj.bias" for l in (0, 1)]
+    assert sorted(by_role["b_xLN"]) == [f"model.decoder.layers.{l}.encoder_attn_layer_norm.bias" for l in (0, 1)]
+    assert sorted(by_role["b_emb_LN"]) == [f"model.{s}.layernorm_embedding.bias" for s in ("decoder", "encoder")]
+    assert {e.layer for e in sel.entries if e.role != "b_emb_LN"} == {"encoder.0", "encoder.1", "decoder.0", "decoder.1"}
+    if arch == "mbart":  # pre-LN stacks end in a LayerNorm of their own
+        final = resolve(model, BitFitConfig(["b_final_LN"], train_head=False)).parameter_names
+        assert sorted(final) == ["model.decoder.layer_norm.bias", "model.encoder.layer_norm.bias"]
+    else:
+        with pytest.raises(ValueError, match="selects no parameter"):
+            resolve(model, BitFitConfig(["b_final_LN"], train_head=False))
+
+
+def test_albert_roles_address_the_shared_layer_group():
+    """ALBERT reuses one layer's weights at every depth: each role is one bias vector, labelled group 0."""
+    model = tiny_model("albert")
+    layer = "albert.encoder.albert_layer_groups.0.albert_layers.0."
+    expected = {"b_q": "attention.query", "b_k": "attention.key", "b_v": "attention.value", "b_m1": "attention.dense",
+                "b_LN1": "attention.LayerNorm", "b_m2": "ffn", "b_m3": "ffn_output", "b_LN2": "full_layer_layer_norm"}
+    for role, module in expected.items():
+        sel = resolve(model, BitFitConfig([role], train_head=False))
+        assert sel.parameter_names == [layer + module + ".bias"], role
+        assert [e.layer for e in sel.entries] == ["0"]
+    assert resolve(model, BitFitConfig(["b_pooler"], train_head=False)).parameter_names == ["albert.pooler.bias"]
+    subset = resolve(model, BitFitConfig("paper-subset", train_head=False)).parameter_names
+    assert sorted(subset) == sorted([layer + "attention.query.bias", layer + "ffn.bias"])
+
+
+@pytest.mark.parametrize("arch", ["albert", "bart", "opt", "phi"])
+def test_new_architectures_train_only_biases_and_round_trip(arch, tmp_path):
+    """On each newly tabled architecture: BitFit moves the selected biases and the head, leaves every other
+    tensor bit-identical, and the saved adapter reproduces the logits on a fresh stock model."""
+    from bitfit_hf import load_adapter, save_adapter
+
+    model = tiny_model(arch).train()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    apply_bitfit(model, BitFitConfig("paper-subset"))
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    inputs = batch()
+    inputs["input_ids"][:, -1] = 2  # BART classifies from the last <eos>; the others ignore it
+    for _ in range(2):
+        model(**inputs, labels=torch.tensor([0, 1, 2, 0])).loss.backward()
+        opt.step(), opt.zero_grad()
+    after = dict(model.named_parameters())
+    assert trained and all(not torch.equal(after[n], before[n]) for n in trained if n.endswith(".bias"))
+    assert all(torch.equal(after[n], before[n]) for n in before if n not in trained)
+    save_adapter(model, tmp_path / "adapter")
+    model.eval()
+    fresh = tiny_model(arch).eval()  # the same random base, untrained biases and head
+    with torch.no_grad():
+        assert not torch.equal(fresh(**inputs).logits, model(**inputs).logits)
+        load_adapter(fresh, tmp_path / "adapter")
+        assert torch.equal(fresh(**inputs).logits, model(**inputs).logits)
+
+
 def test_gpt2_fused_qkv_trains_only_the_selected_chunk():
     model = tiny_model("gpt2").train()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -147,8 +230,8 @@ def test_patterns_and_unknown_inputs_give_clear_errors():
     with pytest.raises(ValueError, match="mixes the preset"):
         BitFitConfig(["all", "b_q"])
     with pytest.raises(ValueError, match="no bias-role table for model_type"):
-        resolve(T.AutoModelForSequenceClassification.from_config(
-            T.AlbertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100, embedding_size=16)),
+        resolve(T.AutoModelForSequenceClassification.from_config(  # q, k, v fused and interleaved per head
+            T.GPTNeoXConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100)),
             BitFitConfig(["b_q"]))
 
 

@@ -34,7 +34,8 @@ def test_train_cost_quick(tmp_path):
         for method, row in rows.items():
             assert row["checks"], (model, method, row["check_failures"])
             assert row["measured_steps"] == res["rounds"], (model, method)
-            assert row["samples_per_s"] > 0 and row["peak_rss_bytes"] > 0
+            assert row["samples_per_s"] > 0 and row["peak_bytes"] > 0
+            assert row["memory_measure"] == "peak RSS (VmHWM)" and row["mixed_precision"] == "no"
             assert 0 < row["trainable_params"] <= row["total_params"]
             assert row["adapter_bytes"] > 0
             if method != "full":  # Adam: two fp32 moments per trained value, plus a step counter per tensor
@@ -45,6 +46,32 @@ def test_train_cost_quick(tmp_path):
         assert rows["bitfit-all"]["optim"] == "adamw_torch_fused"  # the Trainer default...
         assert rows["bitfit-all"]["optimizer_impl"] == "foreach"  # ...which BitFitTrainer runs as foreach on CPU
         assert rows["full"]["optimizer_impl"] == "fused"
+
+
+@pytest.mark.slow
+def test_train_cost_bf16_trains_in_mixed_precision(tmp_path):
+    """The GPU table's settings (Trainer bf16=True) also run on a CPU, so the path cannot rot unnoticed."""
+    result = _run("train_cost.py", tmp_path, "--models", "tiny", "--methods", "full,bitfit-all,plain-bitfit-all",
+                  "--precision", "bf16")
+    res = result["models"]["tiny"]
+    assert (res["device"], res["precision"]) == ("cpu", "bf16")
+    rows = res["rows"]
+    for method, row in rows.items():
+        assert row["checks"], (method, row["check_failures"])  # frozen tensors bit-identical, trained ones moved
+        assert row["precision"] == "bf16"
+    assert rows["full"]["mixed_precision"] == rows["bitfit-all"]["mixed_precision"] == "bf16"
+    assert "CPU, bf16" in (tmp_path / "result.md").read_text()
+
+
+def test_train_cost_refuses_cuda_without_a_gpu():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this check is about machines without a GPU")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "train_cost.py"), "--device", "cuda"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 2
+    assert "sees no CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow
@@ -75,4 +102,6 @@ def test_step_breakdown_tiny(tmp_path):
     assert all(row["forward_s"] > 0 and row["backward_s"] > 0 for row in rows.values())
     ops = {op["op"] for op in rows["bitfit:on"]["top_ops"]}
     assert "aten::addmm" in ops  # the profile of a real step, not an empty one
+    mask = json.loads(out.read_text())["dropout_mask"]
+    assert mask["shape"] == [2, 2, 16, 16] and all(s > 0 for s in mask["seconds_by_threads"].values())
     assert "Command: `python benchmarks/step_breakdown.py" in md.read_text()
