@@ -216,42 +216,34 @@ _ALBERT = {
     "b_pooler": [RoleRule(r"albert\.pooler")],
 }
 
-# BART / mBART / OPT: ``<stack>.layers.<i>``; the per-layer ``final_layer_norm`` is the MLP's LayerNorm.
+# BART, mBART and OPT (fairseq lineage) name a layer's modules alike; the per-layer
+# ``final_layer_norm`` is the MLP's LayerNorm, not the stack's.
+_FAIRSEQ_LAYER = {
+    "b_q": r"self_attn\.q_proj",
+    "b_k": r"self_attn\.k_proj",
+    "b_v": r"self_attn\.v_proj",
+    "b_m1": r"self_attn\.out_proj",
+    "b_LN1": r"self_attn_layer_norm",
+    "b_m2": r"fc1",
+    "b_m3": r"fc2",
+    "b_LN2": r"final_layer_norm",
+}
+_FAIRSEQ_CROSS = {
+    "b_xq": r"encoder_attn\.q_proj",
+    "b_xk": r"encoder_attn\.k_proj",
+    "b_xv": r"encoder_attn\.v_proj",
+    "b_xm1": r"encoder_attn\.out_proj",
+    "b_xLN": r"encoder_attn_layer_norm",
+}
 _SEQ2SEQ_LAYER = r"(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\."
 _BART_LIKE = {
-    **{role: [RoleRule(_SEQ2SEQ_LAYER + tail)] for role, tail in {
-        "b_q": r"self_attn\.q_proj",
-        "b_k": r"self_attn\.k_proj",
-        "b_v": r"self_attn\.v_proj",
-        "b_m1": r"self_attn\.out_proj",
-        "b_LN1": r"self_attn_layer_norm",
-        "b_m2": r"fc1",
-        "b_m3": r"fc2",
-        "b_LN2": r"final_layer_norm",
-        "b_xq": r"encoder_attn\.q_proj",
-        "b_xk": r"encoder_attn\.k_proj",
-        "b_xv": r"encoder_attn\.v_proj",
-        "b_xm1": r"encoder_attn\.out_proj",
-        "b_xLN": r"encoder_attn_layer_norm",
-    }.items()},
+    **{role: [RoleRule(_SEQ2SEQ_LAYER + tail)] for role, tail in {**_FAIRSEQ_LAYER, **_FAIRSEQ_CROSS}.items()},
     "b_emb_LN": [RoleRule(r"(?:encoder|decoder)\.layernorm_embedding")],
     "b_final_LN": [RoleRule(r"(?:encoder|decoder)\.layer_norm")],  # mBART's pre-LN stacks
 }
 
 _OPT = {
-    **_layered(
-        r"decoder\.layers",
-        {
-            "b_q": r"self_attn\.q_proj",
-            "b_k": r"self_attn\.k_proj",
-            "b_v": r"self_attn\.v_proj",
-            "b_m1": r"self_attn\.out_proj",
-            "b_LN1": r"self_attn_layer_norm",
-            "b_m2": r"fc1",
-            "b_m3": r"fc2",
-            "b_LN2": r"final_layer_norm",
-        },
-    ),
+    **_layered(r"decoder\.layers", _FAIRSEQ_LAYER),
     "b_final_LN": [RoleRule(r"decoder\.final_layer_norm")],
 }
 
