@@ -58,7 +58,8 @@ def measure(model_name: str, method: str, dropout: bool, batch: int, seq: int, r
         if step >= 2:
             forward.append(t1 - t0)
             backward.append(t2 - t1)
-    result = {"forward_s": statistics.median(forward), "backward_s": statistics.median(backward)}
+    result = {"forward_s": statistics.median(forward), "backward_s": statistics.median(backward),
+              "attention_heads": model.config.num_attention_heads}
     if top_ops and not compiled:
         from torch.profiler import ProfilerActivity, profile
 
@@ -126,10 +127,9 @@ def main(argv=None) -> int:
                 raise SystemExit(f"worker {method}:{dropout} failed:\n{proc.stderr[-3000:]}")
             rows[(method, dropout)] = json.loads(lines[-1][len("RESULT "):])
     import torch
-    from train_cost import build_model
 
-    config = build_model(args.model).config  # the attention-probability mask is the largest one per layer
-    mask_shape = (args.batch_size, config.num_attention_heads, args.seq, args.seq)
+    # the attention-probability mask is the largest one per layer
+    mask_shape = (args.batch_size, rows[("full", "on")]["attention_heads"], args.seq, args.seq)
     masks = {threads: dropout_mask_seconds(mask_shape, threads) for threads in sorted({1, torch.get_num_threads()})}
     info["load_after"] = load_average()
 

@@ -298,7 +298,8 @@ def _reset_peak_rss() -> bool:
 
 class _MemoryMeter:
     """Peak memory of one training run: the process's RSS on a CPU, the CUDA allocator's on a GPU.
-    ``loaded()`` is read once the model sits on its device; ``start()`` resets the peak before training."""
+    ``start()``, called once the model sits on its device, reads the memory in use and resets the peak;
+    ``stop()`` reads the peaks (whole run, and training alone above the loaded model)."""
 
     def __init__(self, device: str):
         self.cuda = device == "cuda"
