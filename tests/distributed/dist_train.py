@@ -153,12 +153,17 @@ def main(argv=None) -> int:
     opt = trainer.optimizer
     while hasattr(opt, "optimizer") and not hasattr(opt, "param_groups"):
         opt = opt.optimizer
-    inner_opt = getattr(opt, "optimizer", opt)
+    chain, link = [], trainer.optimizer  # accelerate's wrapper, DeepSpeed's ZeRO wrapper, the optimizer itself
+    while link is not None and len(chain) < 5:
+        chain.append(type(link).__name__)
+        link = getattr(link, "optimizer", None)
     groups = [
         {"lr": g.get("initial_lr", g.get("lr")), "weight_decay": g.get("weight_decay")}
         for g in getattr(opt, "param_groups", [])
     ]
     plugin = getattr(acc.state, "deepspeed_plugin", None)
+    zero_cfg = plugin.deepspeed_config.get("zero_optimization", {}) if plugin is not None else {}
+    offload = {key: (zero_cfg.get(key) or {}).get("device") for key in ("offload_param", "offload_optimizer")}
     logs = trainer.state.log_history
     report = {
         "rank": rank,
@@ -170,6 +175,7 @@ def main(argv=None) -> int:
         "deepspeed": trainer.is_deepspeed_enabled,
         "zero_stage": getattr(plugin, "zero_stage", None) if plugin is not None else None,
         "built_partitioned": built_partitioned,
+        "offload": offload,
         "global_step": trainer.state.global_step,
         "steps_run_here": CountSteps.steps_run,
         "losses": [e["loss"] for e in logs if "loss" in e],
@@ -177,7 +183,7 @@ def main(argv=None) -> int:
         "train_loss": result.training_loss,
         "eval_loss_before": eval_before,
         "eval_loss_after": trainer.evaluate(eval_dataset=data[:8])["eval_loss"] if a.eval_first else None,
-        "optimizer": type(inner_opt).__name__,
+        "optimizer_chain": chain,
         "optimizer_groups": groups,
         "frozen_checked": checked,
         "frozen_mismatched": mismatched,

@@ -81,6 +81,21 @@ def test_zero3_resume_from_checkpoint(zero3_run):
                                                          "launch_seconds": round(resumed.seconds, 1)})
 
 
+def test_zero3_cpu_offload_config():
+    """The shipped ZeRO-3 offload config (parameters and optimizer state in CPU RAM), on 2 CPU processes:
+    DeepSpeed's CPU Adam runs BitFit's optimizer groups and the result equals the single-process run. The
+    first run compiles DeepSpeed's cpu_adam op (minutes; cached in TORCH_EXTENSIONS_DIR)."""
+    port = H.free_port()
+    run = H.launch("zero3_offload", [H.accelerate_cmd("deepspeed_zero3_offload.yaml", port, "--num_processes", "2")],
+                   port=port, timeout=max(H.LAUNCH_TIMEOUT, 1200))  # room for compiling cpu_adam on 2 cores
+    numbers = H.verify_run(run, world_size=2, distributed_type="DEEPSPEED", zero_stage=3)
+    report = H.rank_report(run.out, 0)
+    assert report["offload"] == {"offload_param": "cpu", "offload_optimizer": "cpu"}, report["offload"]
+    assert report["optimizer_chain"][-1] == "DeepSpeedCPUAdam", report["optimizer_chain"]
+    assert numbers["built_partitioned"] is True
+    H.record("deepspeed zero3 + CPU offload (deepspeed_zero3_offload.yaml --num_processes 2)", numbers)
+
+
 def test_zero3_llama_with_added_biases():
     """A bias-less architecture (LLaMA) under ZeRO-3 built partitioned: BitFit adds zero biases (native on
     Linear, a forward hook on RMSNorm) to partitioned modules, trains them like one process does, and saves an
