@@ -69,9 +69,15 @@ def _compile(module_regex: str) -> "re.Pattern[str]":
     return _COMPILED[module_regex]
 
 
+def _in_layer(layer_regex: str, roles: Dict[str, str]) -> Dict[str, List[RoleRule]]:
+    """Roles whose module is ``<tail>`` under a layer path matched by ``layer_regex`` (which names the
+    ``layer`` group, and ``stack`` for encoder-decoders, and ends with a dot)."""
+    return {role: [RoleRule(layer_regex + tail)] for role, tail in roles.items()}
+
+
 def _layered(prefix: str, roles: Dict[str, str]) -> Dict[str, List[RoleRule]]:
     """Roles whose module sits under ``<prefix>.<layer index>.``."""
-    return {role: [RoleRule(prefix + r"\.(?P<layer>\d+)\." + tail)] for role, tail in roles.items()}
+    return _in_layer(prefix + r"\.(?P<layer>\d+)\.", roles)
 
 
 _BERT_LIKE = {
@@ -202,7 +208,7 @@ _T5["b_xLN"] = [RoleRule(r"(?P<stack>decoder)\.block\.(?P<layer>\d+)\.layer\.1\.
 _ALBERT_LAYER = r"encoder\.albert_layer_groups\.(?P<layer>\d+)\.albert_layers\.\d+\."
 # ALBERT shares one set of layer weights across all layers: a "layer" here is a layer group (one by default).
 _ALBERT = {
-    **{role: [RoleRule(_ALBERT_LAYER + tail)] for role, tail in {
+    **_in_layer(_ALBERT_LAYER, {
         "b_q": r"attention\.query",
         "b_k": r"attention\.key",
         "b_v": r"attention\.value",
@@ -211,7 +217,7 @@ _ALBERT = {
         "b_m2": r"ffn",
         "b_m3": r"ffn_output",
         "b_LN2": r"full_layer_layer_norm",
-    }.items()},
+    }),
     "b_emb_LN": [RoleRule(r"embeddings\.LayerNorm")],
     "b_pooler": [RoleRule(r"albert\.pooler")],
 }
@@ -237,7 +243,7 @@ _FAIRSEQ_CROSS = {
 }
 _SEQ2SEQ_LAYER = r"(?P<stack>encoder|decoder)\.layers\.(?P<layer>\d+)\."
 _BART_LIKE = {
-    **{role: [RoleRule(_SEQ2SEQ_LAYER + tail)] for role, tail in {**_FAIRSEQ_LAYER, **_FAIRSEQ_CROSS}.items()},
+    **_in_layer(_SEQ2SEQ_LAYER, {**_FAIRSEQ_LAYER, **_FAIRSEQ_CROSS}),
     "b_emb_LN": [RoleRule(r"(?:encoder|decoder)\.layernorm_embedding")],
     "b_final_LN": [RoleRule(r"(?:encoder|decoder)\.layer_norm")],  # mBART's pre-LN stacks
 }

@@ -150,13 +150,12 @@ def main(argv=None) -> int:
 
     trainer.save_model(os.path.join(a.out, "adapter"))
 
-    opt = trainer.optimizer
-    while hasattr(opt, "optimizer") and not hasattr(opt, "param_groups"):
-        opt = opt.optimizer
-    chain, link = [], trainer.optimizer  # accelerate's wrapper, DeepSpeed's ZeRO wrapper, the optimizer itself
-    while link is not None and len(chain) < 5:
-        chain.append(type(link).__name__)
+    links, link = [], trainer.optimizer  # accelerate's wrapper, DeepSpeed's ZeRO wrapper, the optimizer itself
+    while link is not None and len(links) < 5:
+        links.append(link)
         link = getattr(link, "optimizer", None)
+    chain = [type(link).__name__ for link in links]
+    opt = next((link for link in links if hasattr(link, "param_groups")), links[-1])
     groups = [
         {"lr": g.get("initial_lr", g.get("lr")), "weight_decay": g.get("weight_decay")}
         for g in getattr(opt, "param_groups", [])
