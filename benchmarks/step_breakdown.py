@@ -30,9 +30,9 @@ def measure(model_name: str, method: str, dropout: bool, batch: int, seq: int, r
     """Forward and backward seconds of one configuration (run in a worker process). ``compiled``: the
     model runs through ``torch.compile`` (its first two steps, where compilation happens, are warm-up)."""
     import torch
+    from train_cost import build_model
 
     from bitfit_hf import BitFitConfig, apply_bitfit
-    from train_cost import build_model
 
     model = build_model(model_name)
     if not dropout:  # BERT's attention passes its nn.Dropout's p to the attention kernel too

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import statistics
 import sys
@@ -66,7 +65,7 @@ def build_base(name: str, num_labels: int = 2, seed: int = 0):
 
     torch.manual_seed(seed)
     if name == "minilm":
-        from bitfit_hf.assets import minilm_path
+        from bitfit_hf.data.assets import minilm_path
 
         return T.AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=num_labels).eval()
     if name == "bert-base":
@@ -127,7 +126,7 @@ def _batch(n: int, seq: int, vocab: int, seed: int = 1):
 def measure_sizes(base, tmp: str) -> dict:
     import torch
 
-    from bitfit_hf.adapter_config import WEIGHTS_NAME
+    from bitfit_hf.adapters.config import WEIGHTS_NAME
 
     out = {}
     full_dir = os.path.join(tmp, "full32")
@@ -362,7 +361,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args(argv)
     _quiet()
-    import torch
 
     quick = args.quick
     models = (args.models or ("tiny" if quick else "bert-base,minilm")).split(",")

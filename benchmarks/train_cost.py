@@ -120,7 +120,7 @@ def build_model(name: str, seed: int = 0):
 
     torch.manual_seed(seed)
     if name == "minilm":
-        from bitfit_hf.assets import minilm_path
+        from bitfit_hf.data.assets import minilm_path
 
         model = T.AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=2)
     elif name == "bert-base":

@@ -1,49 +1,53 @@
 """bitfit-hf: BitFit (bias-only fine-tuning, Ben Zaken et al., ACL 2022) for the Hugging Face stack.
 
-Names are imported lazily, so ``python -m bitfit_hf.assets`` and friends start without loading torch
-and transformers.
+Layers, each importing only those below it (docs/ARCHITECTURE.md): ``tuners`` (methods) →
+``adapters`` (format and loading) → ``reporting`` / ``training`` → ``hub`` → ``recipe_kit`` → ``cli``.
+Public names are imported lazily, so ``bitfit-hf --help`` starts without loading torch.
 """
 
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from bitfit_hf.adapters.remote import set_remote_store
+from bitfit_hf.utils.constants import __version__
+
+# The composition root: Hub ids given to the adapter layer are served by the Hub client.
+set_remote_store("bitfit_hf.hub.client")
 
 _EXPORTS = {
-    "BitFitAdapter": "adapter",
-    "load_adapter": "adapter",
-    "save_adapter": "adapter",
-    "AdapterConfig": "adapter_config",
-    "AdapterError": "adapter_config",
-    "BaseModelMismatchError": "adapter_config",
-    "AutoBitFitModel": "auto",
-    "AdapterBank": "bank",
-    "BitFitConfig": "config",
-    "export_merged": "export",
-    "BitFitState": "model",
-    "apply_bitfit": "model",
-    "get_bitfit_state": "model",
-    "MultiTaskModel": "multitask",
-    "MultiTaskOutput": "multitask",
-    "ALL_ROLES": "roles",
-    "PAPER_ROLES": "roles",
-    "PRESETS": "roles",
-    "Selection": "selection",
-    "resolve": "selection",
-    "TrainableSummary": "summary",
-    "BitFitTrainer": "trainer",
-    "HubError": "hub",
-    "download_adapter": "hub",
-    "push_adapter_to_hub": "hub",
-    "MultiTaskModel": "multitask",
+    "BitFitAdapter": "adapters.adapter",
+    "load_adapter": "adapters.adapter",
+    "save_adapter": "adapters.adapter",
+    "AdapterConfig": "adapters.config",
+    "AdapterError": "adapters.config",
+    "BaseModelMismatchError": "adapters.config",
+    "AutoBitFitModel": "adapters.auto",
+    "AdapterBank": "adapters.bank",
+    "export_merged": "adapters.export",
+    "MultiTaskModel": "adapters.multitask",
+    "MultiTaskOutput": "adapters.multitask",
+    "BitFitConfig": "tuners.bitfit.config",
+    "BitFitState": "tuners.bitfit.model",
+    "apply_bitfit": "tuners.bitfit.model",
+    "get_bitfit_state": "tuners.bitfit.model",
+    "Selection": "tuners.bitfit.selection",
+    "resolve": "tuners.bitfit.selection",
+    "TrainableSummary": "tuners.bitfit.summary",
+    "ALL_ROLES": "tuners.roles",
+    "PAPER_ROLES": "tuners.roles",
+    "PRESETS": "tuners.roles",
+    "BitFitTrainer": "hub.trainer",
+    "HubError": "hub.errors",
+    "download_adapter": "hub.client",
+    "push_adapter_to_hub": "hub.client",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS) + ["__version__"]
 
 
 def __getattr__(name):
     if name in _EXPORTS:
-        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+        value = getattr(import_module(f"bitfit_hf.{_EXPORTS[name]}"), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'bitfit_hf' has no attribute {name!r}")
@@ -54,17 +58,17 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .adapter import BitFitAdapter, load_adapter, save_adapter  # noqa: F401
-    from .adapter_config import AdapterConfig, AdapterError, BaseModelMismatchError  # noqa: F401
-    from .auto import AutoBitFitModel  # noqa: F401
-    from .bank import AdapterBank  # noqa: F401
-    from .config import BitFitConfig  # noqa: F401
-    from .export import export_merged  # noqa: F401
-    from .model import BitFitState, apply_bitfit, get_bitfit_state  # noqa: F401
-    from .multitask import MultiTaskModel, MultiTaskOutput  # noqa: F401
-    from .roles import ALL_ROLES, PAPER_ROLES, PRESETS  # noqa: F401
-    from .selection import Selection, resolve  # noqa: F401
-    from .summary import TrainableSummary  # noqa: F401
-    from .trainer import BitFitTrainer  # noqa: F401
-    from .hub import HubError, download_adapter, push_adapter_to_hub  # noqa: F401
-    from .multitask import MultiTaskModel  # noqa: F401
+    from bitfit_hf.adapters.adapter import BitFitAdapter, load_adapter, save_adapter  # noqa: F401
+    from bitfit_hf.adapters.auto import AutoBitFitModel  # noqa: F401
+    from bitfit_hf.adapters.bank import AdapterBank  # noqa: F401
+    from bitfit_hf.adapters.config import AdapterConfig, AdapterError, BaseModelMismatchError  # noqa: F401
+    from bitfit_hf.adapters.export import export_merged  # noqa: F401
+    from bitfit_hf.adapters.multitask import MultiTaskModel, MultiTaskOutput  # noqa: F401
+    from bitfit_hf.hub.client import download_adapter, push_adapter_to_hub  # noqa: F401
+    from bitfit_hf.hub.errors import HubError  # noqa: F401
+    from bitfit_hf.hub.trainer import BitFitTrainer  # noqa: F401
+    from bitfit_hf.tuners.bitfit.config import BitFitConfig  # noqa: F401
+    from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit, get_bitfit_state  # noqa: F401
+    from bitfit_hf.tuners.bitfit.selection import Selection, resolve  # noqa: F401
+    from bitfit_hf.tuners.bitfit.summary import TrainableSummary  # noqa: F401
+    from bitfit_hf.tuners.roles import ALL_ROLES, PAPER_ROLES, PRESETS  # noqa: F401

@@ -21,10 +21,10 @@ import numpy as np
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, default_data_collator
 
 from bitfit_hf import BitFitTrainer
-from bitfit_hf.recipes import DataArguments, RecipeDefaults
-from bitfit_hf.recipes import run as recipe
-from bitfit_hf.recipes.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
-from bitfit_hf.tasks.classification import (
+from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
+from bitfit_hf.recipe_kit import run as recipe
+from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
+from bitfit_hf.recipe_kit.tasks.classification import (
     canonicalize_glue_columns,
     check_texts,
     encode_labels,

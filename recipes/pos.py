@@ -24,10 +24,10 @@ from transformers import AutoModelForTokenClassification, DataCollatorForTokenCl
 
 from bitfit_hf import BitFitTrainer
 from bitfit_hf.metrics.tokens import token_accuracy
-from bitfit_hf.recipes import DataArguments, RecipeDefaults
-from bitfit_hf.recipes import run as recipe
-from bitfit_hf.recipes.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
-from bitfit_hf.tasks.tagging import (
+from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
+from bitfit_hf.recipe_kit import run as recipe
+from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
+from bitfit_hf.recipe_kit.tasks.tagging import (
     check_tagged_split,
     make_tokenize_and_align,
     read_tagging_native,

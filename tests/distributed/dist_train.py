@@ -67,8 +67,8 @@ def main(argv=None) -> int:
     from transformers import AutoModelForSequenceClassification, TrainingArguments
 
     from bitfit_hf import BitFitConfig, BitFitTrainer
-    from bitfit_hf.distributed import launched_world_size, training_args_kwargs
-    from bitfit_hf.zero import gathered
+    from bitfit_hf.training.distributed import launched_world_size, training_args_kwargs
+    from bitfit_hf.utils.zero import gathered
 
     t_import = time.time()
     world = launched_world_size()

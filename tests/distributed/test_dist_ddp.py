@@ -9,7 +9,6 @@ import os
 import sys
 
 import pytest
-import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import dist_harness as H  # noqa: E402

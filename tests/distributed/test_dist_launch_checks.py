@@ -1,4 +1,4 @@
-"""Unit tests of bitfit_hf.distributed (no processes launched): backend choice, how launch requests are
+"""Unit tests of bitfit_hf.training.distributed (no processes launched): backend choice, how launch requests are
 read, which states count as degraded, DeepSpeed optimizer blocks, and that every shipped accelerate config
 resolves (with accelerate's own validation) to the launcher and process count its comment promises."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bitfit_hf import distributed as D
+from bitfit_hf.training import distributed as D
 
 CONFIGS = Path(__file__).resolve().parents[2] / "accelerate_configs"
 
@@ -181,7 +181,7 @@ def test_training_args_kwargs_with_gpu(monkeypatch):
 
 
 def test_recipes_use_the_helper(monkeypatch):
-    from bitfit_hf.recipes.args import default_use_cpu
+    from bitfit_hf.recipe_kit.args import default_use_cpu
 
     monkeypatch.setattr(D, "accelerator_available", lambda: False)
     assert default_use_cpu() is True

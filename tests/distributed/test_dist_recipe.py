@@ -31,7 +31,7 @@ RECIPE_ATOL = 2e-4
 
 @pytest.fixture(scope="module")
 def recipe_assets():
-    from bitfit_hf.assets import AssetError, asset_path, minilm_path
+    from bitfit_hf.data.assets import AssetError, asset_path, minilm_path
 
     try:
         minilm_path()

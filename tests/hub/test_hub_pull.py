@@ -13,7 +13,6 @@ import json
 import os
 
 import pytest
-
 from hub_test_support import (  # noqa: F401 - fixtures are used by name
     DEFAULT_TOKEN,
     OTHER_TOKEN,
@@ -38,7 +37,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForSequenceClassification, TrainingArguments
 from bitfit_hf import BitFitTrainer
-from bitfit_hf.assets import minilm_path
+from bitfit_hf.data.assets import minilm_path
 torch.manual_seed(0)
 model = AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=2)
 data = tokens_dataset(32, length=12, vocab=30000)
@@ -58,7 +57,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification
 from bitfit_hf import AutoBitFitModel, load_adapter
-from bitfit_hf.assets import minilm_path
+from bitfit_hf.data.assets import minilm_path
 expected = load_file(EXPECTED)
 inputs = {k: v % 30000 for k, v in batch().items()}
 auto = AutoBitFitModel.from_pretrained("tester/minilm-toy-bitfit", base_model=minilm_path())
@@ -112,7 +111,7 @@ result = refs
 PULL_VERSIONS = """
 import torch
 from bitfit_hf import BitFitAdapter, AutoBitFitModel
-from bitfit_hf.hub import download_adapter
+from bitfit_hf.hub.client import download_adapter
 out = {}
 for name, revision in (("default", None), ("tag", "v1"), ("commit", SHA2), ("branch", "dev")):
     adapter = BitFitAdapter.from_pretrained("tester/pinned", **({"revision": revision} if revision else {}))
@@ -213,7 +212,7 @@ def test_adapter_bank_switches_pulled_adapters(hub_server, hf_home, tiny_base_di
 PULL_ERRORS = """
 import os
 from bitfit_hf import BitFitAdapter
-from bitfit_hf.hub import download_adapter
+from bitfit_hf.hub.client import download_adapter
 BitFitAdapter.from_model(fake_trained(BASE, seed=1), BASE).push_to_hub("tester/ok", token=TOKEN)
 BitFitAdapter.from_model(fake_trained(BASE, seed=1), BASE).push_to_hub("tester/secret", token=TOKEN, private=True)
 local = os.path.join(WORK, "adapter-out")
@@ -237,7 +236,7 @@ result = catch(AutoBitFitModel.from_pretrained, "tester/gated", token=OTHER, bas
 """
 
 DOWN = """
-from bitfit_hf.hub import download_adapter
+from bitfit_hf.hub.client import download_adapter
 result = catch(download_adapter, "tester/ok", local_dir=LOCAL)
 """
 
@@ -282,7 +281,7 @@ def test_pull_errors_are_clear_and_leave_nothing_half_written(hub_server, hf_hom
 
 OLAH_FILES = """
 from bitfit_hf import BitFitAdapter
-from bitfit_hf.model_card import write_model_card_files
+from bitfit_hf.reporting.model_card import write_model_card_files
 out = {}
 for seed, folder in ((1, V1), (2, V2)):
     model = fake_trained(BASE, seed=seed)
@@ -295,7 +294,7 @@ result = out
 
 OLAH_PULL = """
 from bitfit_hf import AutoBitFitModel, BitFitAdapter
-from bitfit_hf.hub import download_adapter
+from bitfit_hf.hub.client import download_adapter
 out = {}
 for name, revision in (("main", None), ("tag", "v1"), ("branch", "dev"), ("commit", DEV_SHA)):
     adapter = BitFitAdapter.from_pretrained("tester/olah-adapter", **({"revision": revision} if revision else {}))
@@ -332,7 +331,7 @@ def test_pull_through_olah_mirror(tmp_path, tiny_base_dir, hub_server):
 
 INTERRUPTED = """
 import os
-from bitfit_hf.hub import download_adapter
+from bitfit_hf.hub.client import download_adapter
 import time
 start = time.time()
 result = {"error": catch(download_adapter, "tester/cut", local_dir=LOCAL), "local_dir": os.path.exists(LOCAL),
@@ -359,6 +358,6 @@ def test_interrupted_download_leaves_nothing_half_written(hub_server, hf_home, t
                  if n.endswith(".incomplete") or n == "adapter_model.safetensors"]
     assert leftovers == [], leftovers
     # the same cache then downloads the adapter cleanly
-    commit = run("from bitfit_hf.hub import download_adapter\nresult = download_adapter('tester/cut')[1]",
+    commit = run("from bitfit_hf.hub.client import download_adapter\nresult = download_adapter('tester/cut')[1]",
                  hub_server, hf_home).value
     assert commit == hub_server.head("tester/cut")

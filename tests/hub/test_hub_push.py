@@ -14,7 +14,6 @@ import os
 
 import pytest
 import yaml
-
 from hub_test_support import (  # noqa: F401 - fixtures are used by name
     DEFAULT_TOKEN,
     OTHER_TOKEN,
@@ -42,7 +41,7 @@ def front_matter(readme: bytes) -> dict:
 
 PUSH_TWICE_THEN_CHANGE = """
 from bitfit_hf import BitFitAdapter
-from bitfit_hf.hub import push_adapter_to_hub
+from bitfit_hf.hub.client import push_adapter_to_hub
 model = fake_trained(BASE, seed=1)
 adapter = BitFitAdapter.from_model(model, BASE)
 first = adapter.push_to_hub(REPO, eval_results={"eval_accuracy": 0.75, "eval_loss": 0.5}, dataset="glue",
@@ -98,7 +97,7 @@ def test_push_one_commit_only_adapter_files_and_no_commit_when_unchanged(path, h
 
 STALE = """
 from bitfit_hf import BitFitAdapter
-from bitfit_hf.hub import push_adapter_to_hub
+from bitfit_hf.hub.client import push_adapter_to_hub
 full = BitFitAdapter.from_model(fake_trained(BASE, seed=1), BASE)
 info_private = full.push_to_hub("tester/private-dev", private=True, revision="dev")
 full.push_to_hub("tester/stale")
@@ -140,7 +139,7 @@ def test_push_private_branch_stale_card_files_and_user_files(hub_server, hf_home
 
 PUSH_ERRORS = """
 from bitfit_hf import BitFitAdapter
-from bitfit_hf.hub import push_adapter_to_hub
+from bitfit_hf.hub.client import push_adapter_to_hub
 adapter = BitFitAdapter.from_model(fake_trained(BASE, seed=1), BASE)
 result = {
     "bad_token": catch(push_adapter_to_hub, adapter, "tester/errors", token="hf_not_a_valid_token_at_all"),
@@ -148,7 +147,7 @@ result = {
     "anonymous": catch(push_adapter_to_hub, adapter, "tester/errors", token=False),
 }
 # another push lands between our comparison and our commit: the stale parent commit is refused
-import bitfit_hf.hub as hub
+import bitfit_hf.hub.client as hub
 compare = hub._remote_files
 hub._remote_files = lambda api, repo_id, revision: (STALE_HEAD, compare(api, repo_id, revision)[1])
 result["conflict"] = catch(push_adapter_to_hub, adapter, "tester/errors", token=TOKEN)
@@ -273,7 +272,7 @@ def test_recipe_pushes_once_after_the_final_evaluation(hub_server, hf_home, tmp_
 
 CLI = """
 from bitfit_hf import BitFitAdapter
-from bitfit_hf.hub import main
+from bitfit_hf.cli.main import main
 BitFitAdapter.from_model(fake_trained(BASE, seed=4), BASE).save_pretrained(SAVED)
 pushed = main(["push", SAVED, "tester/from-cli", "--base-model", "me/tiny-bert-base", "--license", "mit"])
 pulled = main(["pull", "tester/from-cli", "--local-dir", LOCAL])
@@ -285,8 +284,8 @@ result = [pushed, pulled, missing]
 def test_command_line_push_and_pull(hub_server, hf_home, tmp_path, tiny_base_dir):
     saved, local = str(tmp_path / "saved"), str(tmp_path / "local")
     res = run(snippet(CLI, BASE=tiny_base_dir, SAVED=saved, LOCAL=local), hub_server, hf_home)
-    assert res.value == [0, 0, 1]
-    assert "error: No repo 'tester/no-such-adapter'" in res.stderr
+    assert res.value == [0, 0, 2]  # the CLI's error contract: one error line, exit status 2
+    assert "bitfit-hf pull: error: No repo 'tester/no-such-adapter'" in res.stderr
     config = json.loads(hub_server.files("tester/from-cli")["adapter_config.json"])
     assert config["base_model_name_or_path"] == "me/tiny-bert-base", "--base-model records the base's Hub id"
     card = front_matter(hub_server.files("tester/from-cli")["README.md"])

@@ -14,11 +14,11 @@ import pytest
 import torch
 import transformers as T
 import yaml
+from hub_test_support import hf_home, hub_server, hub_server_factory, run, snippet  # noqa: F401 - fixtures
 
 from bitfit_hf import BitFitAdapter, BitFitConfig, apply_bitfit
-from hub_test_support import hf_home, hub_server, hub_server_factory, run, snippet  # noqa: F401 - fixtures
-from bitfit_hf.heatmap import BiasChange, bias_change, classify, read_checkpoint_biases, snapshot_biases
-from bitfit_hf.model_card import (
+from bitfit_hf.reporting.heatmap import BiasChange, bias_change, classify, read_checkpoint_biases, snapshot_biases
+from bitfit_hf.reporting.model_card import (
     BITFIT_CITATION,
     PIPELINE_TAGS,
     build_model_card,
@@ -196,7 +196,7 @@ def test_card_pipeline_tag_follows_the_task(task_cls, tag):
 
 
 def test_base_model_ids_and_eval_rows(minilm_dir):
-    from bitfit_hf.adapter_config import AdapterConfig
+    from bitfit_hf.adapters.config import AdapterConfig
 
     def cfg(base):
         return AdapterConfig(base_model_name_or_path=base, model_type="bert", architecture="BertModel",

@@ -9,8 +9,8 @@ from typing import Optional
 
 import pytest
 
-from bitfit_hf.recipes import DataArguments, RecipeDefaults, RecipeError, parse_recipe_args
-from bitfit_hf.recipes.args import DEFAULT_LEARNING_RATES, BitFitArguments, default_use_cpu
+from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults, RecipeError, parse_recipe_args
+from bitfit_hf.recipe_kit.args import DEFAULT_LEARNING_RATES, BitFitArguments, default_use_cpu
 
 
 @dataclass

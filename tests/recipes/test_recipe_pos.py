@@ -7,8 +7,8 @@ import pytest
 import torch
 from recipe_support import accelerate_launch, load_recipe, read_json
 
-from bitfit_hf.recipes import DEFAULT_MODEL_ID, load_offline_dataset
-from bitfit_hf.tasks.tagging import PTB_TAGS
+from bitfit_hf.recipe_kit import DEFAULT_MODEL_ID, load_offline_dataset
+from bitfit_hf.recipe_kit.tasks.tagging import PTB_TAGS
 
 pytestmark = pytest.mark.slow
 

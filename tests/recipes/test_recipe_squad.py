@@ -7,7 +7,7 @@ import pytest
 from recipe_support import accelerate_launch, read_json
 
 from bitfit_hf.metrics.squad import squad_v1_compute
-from bitfit_hf.recipes import DEFAULT_MODEL_ID, load_offline_dataset
+from bitfit_hf.recipe_kit import DEFAULT_MODEL_ID, load_offline_dataset
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from transformers import EvalPrediction
 
-from bitfit_hf.recipes import RecipeError
-from bitfit_hf.recipes.data import load_data_file, load_raw_datasets, read_tsv, require_split, select_samples
-from bitfit_hf.tasks.classification import (
+from bitfit_hf.recipe_kit import RecipeError
+from bitfit_hf.recipe_kit.data import load_data_file, load_raw_datasets, read_tsv, require_split, select_samples
+from bitfit_hf.recipe_kit.tasks.classification import (
     LabelSpec,
     canonicalize_glue_columns,
     encode_labels,

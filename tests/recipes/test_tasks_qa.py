@@ -7,8 +7,8 @@ import datasets
 import numpy as np
 import pytest
 
-from bitfit_hf.recipes import RecipeError
-from bitfit_hf.tasks.qa import (
+from bitfit_hf.recipe_kit import RecipeError
+from bitfit_hf.recipe_kit.tasks.qa import (
     check_qa_split,
     check_window_sizes,
     make_eval_features_function,
@@ -35,7 +35,7 @@ EXAMPLES = {
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from bitfit_hf.assets import minilm_path
+    from bitfit_hf.data.assets import minilm_path
 
     return AutoTokenizer.from_pretrained(minilm_path())
 

@@ -7,8 +7,8 @@ import datasets
 import numpy as np
 import pytest
 
-from bitfit_hf.recipes import RecipeError
-from bitfit_hf.tasks.tagging import (
+from bitfit_hf.recipe_kit import RecipeError
+from bitfit_hf.recipe_kit.tasks.tagging import (
     IGNORE_INDEX,
     PTB_TAGS,
     align_labels_with_words,
@@ -39,7 +39,7 @@ def test_alignment_by_hand():
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from bitfit_hf.assets import minilm_path
+    from bitfit_hf.data.assets import minilm_path
 
     return AutoTokenizer.from_pretrained(minilm_path())
 

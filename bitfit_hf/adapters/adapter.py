@@ -1,0 +1,339 @@
+"""Bias-only adapters: save, load onto a stock model, check the base.
+
+An adapter directory holds ``adapter_config.json`` and ``adapter_model.safetensors`` (the trained
+tensors only). The config is also embedded in the safetensors header, and the weights file is the
+last thing a save replaces, so the weights file alone always describes a consistent adapter: a crash
+between the two renames leaves either the old or the new adapter, never a mix. Nothing is ever
+unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+from typing import Dict, Optional, Union
+
+import torch
+from torch import nn
+
+from bitfit_hf.adapters.config import (
+    CONFIG_NAME,
+    SUMMARY_NAME,
+    WEIGHTS_NAME,
+    AdapterConfig,
+    AdapterError,
+    BaseModelMismatchError,
+    task_type_of,
+)
+from bitfit_hf.adapters.remote import remote_store
+from bitfit_hf.tuners import apply_method
+from bitfit_hf.tuners.bitfit.config import BitFitConfig
+from bitfit_hf.tuners.bitfit.model import get_bitfit_state, trainable_state_dict, unwrap
+from bitfit_hf.utils.constants import __version__
+from bitfit_hf.utils.io import write_bytes_atomic, write_json_atomic, write_text_atomic
+
+logger = logging.getLogger(__name__)
+
+_METADATA_KEY = "bitfit_adapter_config"
+_PICKLE_NAMES = ("adapter_model.bin", "pytorch_model.bin", "adapter_model.pt", "adapter_model.pkl")
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class BitFitAdapter:
+    """A bias-only adapter: its :class:`AdapterConfig` and its tensors (on CPU)."""
+
+    def __init__(self, config: AdapterConfig, tensors: Dict[str, torch.Tensor]):
+        self.config = config
+        self.tensors = tensors
+
+    # ---- building ------------------------------------------------------------------------------
+    @classmethod
+    def from_model(
+        cls,
+        model: nn.Module,
+        base_model_name_or_path: Optional[str] = None,
+        base_model_revision: Optional[str] = None,
+        metadata: Optional[dict] = None,
+        tensors: Optional[Dict[str, torch.Tensor]] = None,
+    ) -> "BitFitAdapter":
+        """The adapter of a model prepared with :func:`apply_bitfit` (typically after training).
+
+        ``tensors`` lets a caller that gathered the trained tensors itself (DeepSpeed ZeRO-3) pass them.
+        """
+        state = get_bitfit_state(model)
+        if state is None:
+            raise AdapterError("This model was not prepared with apply_bitfit() / BitFitTrainer: it has no adapter.")
+        if state.config.is_full_finetuning:
+            raise AdapterError("bias_terms='full' trains every weight: save the full model with save_pretrained().")
+        inner = unwrap(model)
+        tensors = tensors if tensors is not None else trainable_state_dict(inner)
+        hf_config = getattr(inner, "config", None)
+        architecture = type(inner).__name__
+        id2label = getattr(hf_config, "id2label", None)
+        label2id = getattr(hf_config, "label2id", None)
+        cfg = state.config
+        config = AdapterConfig(
+            base_model_name_or_path=base_model_name_or_path or getattr(hf_config, "_name_or_path", "") or "",
+            base_model_revision=base_model_revision,
+            model_type=getattr(hf_config, "model_type", "") or "",
+            architecture=architecture,
+            task_type=task_type_of(architecture),
+            trained_parameters=state.selection.parameter_names,
+            adapter_parameters=list(tensors),
+            base_fingerprint=state.fingerprint,
+            bias_terms=list(cfg.bias_terms),
+            patterns=list(cfg.patterns),
+            train_head=cfg.train_head,
+            head_modules=list(state.selection.head_modules),
+            add_missing_biases=cfg.add_missing_biases,
+            added_biases=dict(state.added_biases),
+            method=cfg.method,
+            method_config=method_fields(cfg),
+            num_labels=getattr(hf_config, "num_labels", None) if task_type_of(architecture) else None,
+            id2label={str(k): v for k, v in id2label.items()} if id2label else None,
+            label2id={str(k): int(v) for k, v in label2id.items()} if label2id else None,
+            problem_type=getattr(hf_config, "problem_type", None),
+            dtype=str(next(iter(tensors.values())).dtype).replace("torch.", "") if tensors else "float32",
+            library_version=__version__,
+            metadata=dict(metadata or {}),
+        )
+        return cls(config, tensors)
+
+    # ---- saving --------------------------------------------------------------------------------
+    def save_pretrained(self, save_directory: str, dtype: Optional[Union[str, torch.dtype]] = None) -> None:
+        """Write the adapter atomically; ``dtype="float16"`` halves the file (off by default)."""
+        from safetensors.torch import save
+
+        tensors = self.tensors
+        config = self.config
+        if dtype is not None:
+            dtype = _DTYPES[dtype] if isinstance(dtype, str) else dtype
+            tensors = {k: v.to(dtype) for k, v in tensors.items()}
+            config = AdapterConfig.from_dict({**config.to_dict(), "dtype": str(dtype).replace("torch.", "")})
+        os.makedirs(save_directory, exist_ok=True)
+        text = config.to_json()
+        # JSON first, weights (which embed the same config) last: the weights file is the commit point.
+        write_text_atomic(os.path.join(save_directory, CONFIG_NAME), text)
+        data = save({k: v.contiguous() for k, v in tensors.items()}, metadata={"format": "pt", _METADATA_KEY: text})
+        write_bytes_atomic(os.path.join(save_directory, WEIGHTS_NAME), canonical_safetensors(data))
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        """Push this adapter with a generated model card to the Hub in one commit (no commit when
+        nothing changed); see :func:`bitfit_hf.hub.client.push_adapter_to_hub` for ``token``, ``private``,
+        ``revision``, ``commit_message``, ``model_card``, ``base_model``, ``base`` and card fields."""
+        return remote_store().push_adapter_to_hub(self, repo_id, **kwargs)
+
+    # ---- loading -------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path_or_repo_id: str, **hub_kwargs) -> "BitFitAdapter":
+        """Read an adapter from a local directory, or from the Hub (``revision=``, ``token=``, ...)."""
+        looks_local = os.path.isabs(path_or_repo_id) or path_or_repo_id.startswith((".", "~")) or os.path.exists(path_or_repo_id)
+        if os.path.isdir(path_or_repo_id) or looks_local:
+            if hub_kwargs.get("revision"):
+                raise AdapterError(f"revision= applies to Hub repos; {path_or_repo_id!r} is a local directory.")
+            return cls.from_directory(path_or_repo_id)
+        directory, commit = remote_store().download_adapter(path_or_repo_id, **hub_kwargs)
+        adapter = cls.from_directory(directory)
+        adapter.config.metadata = {**adapter.config.metadata, "resolved_repo": path_or_repo_id, "resolved_commit": commit}
+        return adapter
+
+    @classmethod
+    def from_directory(cls, directory: str) -> "BitFitAdapter":
+        if not os.path.isdir(directory):
+            raise AdapterError(
+                f"No adapter directory at {directory!r}. Pass the output directory of a BitFit run "
+                f"(it holds {CONFIG_NAME} and {WEIGHTS_NAME}) or a Hub repo id."
+            )
+        weights_path = os.path.join(directory, WEIGHTS_NAME)
+        if not os.path.isfile(weights_path):
+            pickles = [n for n in _PICKLE_NAMES if os.path.isfile(os.path.join(directory, n))]
+            if pickles:
+                raise AdapterError(
+                    f"{directory!r} holds {pickles[0]} (a pickle) but no {WEIGHTS_NAME}. bitfit-hf loads "
+                    "safetensors only and never unpickles files; re-save the adapter with bitfit-hf."
+                )
+            raise AdapterError(f"{directory!r} has no {WEIGHTS_NAME}: it is not a BitFit adapter directory.")
+        tensors, embedded = read_safetensors(weights_path)
+        config_path = os.path.join(directory, CONFIG_NAME)
+        on_disk = None
+        if os.path.isfile(config_path):
+            with open(config_path, encoding="utf-8") as handle:
+                on_disk = AdapterConfig.from_json(handle.read(), config_path)  # errors on bad JSON / fields
+        if embedded is not None:
+            config = AdapterConfig.from_json(embedded, f"the config embedded in {weights_path}")
+            if on_disk is not None and on_disk.to_dict() != config.to_dict():
+                logger.warning(
+                    "%s does not match the config embedded in %s (an interrupted save?); using the embedded one, "
+                    "which always belongs to these weights.",
+                    config_path,
+                    WEIGHTS_NAME,
+                )
+        elif on_disk is not None:
+            config = on_disk
+        else:
+            raise AdapterError(f"{directory!r} has no {CONFIG_NAME}: it is not a BitFit adapter directory.")
+        missing = [n for n in config.adapter_parameters if n not in tensors]
+        extra = [n for n in tensors if n not in config.adapter_parameters]
+        if missing or extra:
+            raise AdapterError(
+                f"{weights_path} does not hold the tensors its config lists "
+                f"(missing: {missing[:5]}, unexpected: {extra[:5]}); the adapter is damaged."
+            )
+        return cls(config, tensors)
+
+    # ---- applying ------------------------------------------------------------------------------
+    def apply_to(self, model: nn.Module, check_base: bool = True) -> nn.Module:
+        """Load this adapter into ``model`` (a stock base of the same architecture), in place.
+
+        Adds the biases the adapter added, checks every key and shape and the base fingerprint, then
+        copies the tensors. Returns the model, ready for inference (or further BitFit training).
+        """
+        inner = unwrap(model)
+        cfg = self.config
+        found_type = getattr(getattr(inner, "config", None), "model_type", "")
+        if cfg.model_type and found_type != cfg.model_type:
+            raise AdapterError(
+                f"This adapter is for a {cfg.model_type!r} model ({cfg.architecture} on "
+                f"{cfg.base_model_name_or_path}); the model given is a {found_type!r} ({type(inner).__name__})."
+            )
+        self._check_shapes_before_prepare(inner)
+        state = get_bitfit_state(inner)
+        if state is None or state.selection.parameter_names != cfg.trained_parameters:
+            state = apply_method(inner, cfg.tuner_config())
+        if state.selection.parameter_names != cfg.trained_parameters:
+            raise AdapterError(
+                f"The adapter's trained parameters do not exist in this {type(inner).__name__}: e.g. "
+                f"{_first_difference(cfg.trained_parameters, state.selection.parameter_names)}. It was trained "
+                f"on {cfg.architecture} ({cfg.base_model_name_or_path})."
+            )
+        if check_base and state.fingerprint != cfg.base_fingerprint:
+            raise BaseModelMismatchError(
+                f"This adapter was trained on base {cfg.base_model_name_or_path!r}"
+                f"{'@' + cfg.base_model_revision if cfg.base_model_revision else ''} (fingerprint "
+                f"{cfg.base_fingerprint}), but the model given was loaded from "
+                f"{getattr(inner.config, '_name_or_path', '?')!r} (fingerprint {state.fingerprint}): its frozen "
+                "weights differ. Load the adapter onto the base it was trained on (check the revision)."
+            )
+        params = dict(inner.named_parameters())
+        with torch.no_grad():
+            for name, tensor in self.tensors.items():
+                params[name].copy_(tensor.to(params[name].device))
+        if cfg.id2label:
+            inner.config.id2label = {int(k): v for k, v in cfg.id2label.items()}
+            inner.config.label2id = {k: int(v) for k, v in (cfg.label2id or {}).items()}
+        if cfg.problem_type:
+            inner.config.problem_type = cfg.problem_type
+        return model
+
+    def _check_shapes_before_prepare(self, model: nn.Module) -> None:
+        params = dict(model.named_parameters())
+        added = {f"{m}.bias" for m in self.config.added_biases}
+        for name, tensor in self.tensors.items():
+            if name in added and name not in params:
+                continue
+            if name not in params:
+                raise AdapterError(
+                    f"The adapter holds {name!r}, which this {type(model).__name__} does not have: the adapter "
+                    f"is for {self.config.architecture} ({self.config.base_model_name_or_path})."
+                )
+            if tuple(params[name].shape) != tuple(tensor.shape):
+                hint = ""
+                if name.split(".")[0] in self.config.head_modules and self.config.num_labels:
+                    hint = (
+                        f" The head was trained with num_labels={self.config.num_labels}: load the base with "
+                        f"num_labels={self.config.num_labels}, or use AutoBitFitModel.from_pretrained(adapter)."
+                    )
+                raise AdapterError(
+                    f"Shape mismatch for {name}: the adapter has {tuple(tensor.shape)}, the model "
+                    f"{tuple(params[name].shape)}.{hint}"
+                )
+
+    def write_summary(self, save_directory: str, summary: dict) -> None:
+        write_json_atomic(os.path.join(save_directory, SUMMARY_NAME), summary)
+
+
+def method_fields(config) -> dict:
+    """The fields a method adds to :class:`BitFitConfig` (stored as ``method_config``); none for BitFit.
+    Training-only fields (learning rates, ``save_full_model``) are left out."""
+    if config.method == "bitfit":
+        return {}
+    common = set(BitFitConfig.__dataclass_fields__)
+    return {k: v for k, v in config.to_dict().items() if k not in common and not k.endswith("learning_rate")}
+
+
+def read_safetensors(path: str):
+    """Tensors and embedded adapter config of a safetensors file, with clear errors for bad files."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        if len(data) < 8:
+            raise ValueError(f"only {len(data)} bytes")
+        (header_len,) = struct.unpack("<Q", data[:8])
+        if header_len > len(data) - 8:
+            raise ValueError(f"the header says {header_len} bytes, the file has {len(data) - 8}")
+        header = json.loads(data[8 : 8 + header_len])
+        tensors = load(data)
+    except (SafetensorError, ValueError, UnicodeDecodeError) as err:
+        if data[:2] == b"PK" or data[:1] == b"\x80":
+            raise AdapterError(
+                f"{path} is a pickle / torch.save file, not safetensors. bitfit-hf never unpickles "
+                "adapter files; re-save the adapter with bitfit-hf."
+            ) from None
+        raise AdapterError(
+            f"{path} is truncated or corrupt, not a valid safetensors file ({err}): download or save the "
+            "adapter again."
+        ) from None
+    metadata = header.get("__metadata__") or {}
+    return tensors, metadata.get(_METADATA_KEY)
+
+
+def canonical_safetensors(data: bytes) -> bytes:
+    """The same safetensors bytes with the header's metadata keys in sorted order.
+
+    safetensors keeps ``__metadata__`` in a hash map whose order changes from one save to the next, so
+    two saves of one adapter would differ by a few header bytes (and the Hub would see a changed file).
+    Only key order changes: tensors, offsets and the header length stay the same.
+    """
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    ordered = {}
+    if "__metadata__" in header:
+        ordered["__metadata__"] = dict(sorted((header.pop("__metadata__") or {}).items()))
+    ordered.update(header)
+    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * ((-len(text)) % 8)
+    if len(text) != length:  # never expected: keep the bytes as they were rather than guess
+        return data
+    return data[:8] + text + data[8 + length :]
+
+
+def _first_difference(expected, found) -> str:
+    missing = [n for n in expected if n not in set(found)]
+    if missing:
+        return f"{missing[0]!r} is not selectable here"
+    extra = [n for n in found if n not in set(expected)]
+    return f"the model also selects {extra[0]!r}" if extra else "the order differs"
+
+
+def load_adapter(model: nn.Module, path_or_repo_id: str, check_base: bool = True, **hub_kwargs) -> nn.Module:
+    """Load a BitFit adapter (local directory or Hub id) onto an already-built stock model."""
+    return BitFitAdapter.from_pretrained(path_or_repo_id, **hub_kwargs).apply_to(model, check_base=check_base)
+
+
+def save_adapter(
+    model: nn.Module,
+    save_directory: str,
+    base_model_name_or_path: Optional[str] = None,
+    base_model_revision: Optional[str] = None,
+    dtype=None,
+    metadata: Optional[dict] = None,
+) -> BitFitAdapter:
+    """Save the bias-only adapter of a model prepared with :func:`apply_bitfit`."""
+    adapter = BitFitAdapter.from_model(model, base_model_name_or_path, base_model_revision, metadata)
+    adapter.save_pretrained(save_directory, dtype=dtype)
+    return adapter

@@ -1,0 +1,63 @@
+"""One call from an adapter to a ready task model: build the right stock base, then apply."""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import transformers
+from torch import nn
+
+from bitfit_hf.adapters.adapter import BitFitAdapter
+from bitfit_hf.adapters.config import AdapterError
+
+
+class AutoBitFitModel:
+    """``AutoBitFitModel.from_pretrained("me/minilm-sst2-bitfit")`` builds the base model class the
+    adapter was trained with (with its label count and names), loads the base weights and applies the
+    adapter."""
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        adapter: Union[str, BitFitAdapter],
+        base_model: Union[None, str, nn.Module] = None,
+        revision: Optional[str] = None,
+        token: Optional[str] = None,
+        check_base: bool = True,
+        **model_kwargs,
+    ) -> nn.Module:
+        """``base_model`` overrides the base recorded in the adapter (a path, a Hub id or a model)."""
+        if isinstance(adapter, str):
+            hub = {k: v for k, v in {"revision": revision, "token": token}.items() if v is not None}
+            for key in ("cache_dir", "local_files_only"):
+                if key in model_kwargs:
+                    hub[key] = model_kwargs[key]
+            adapter = BitFitAdapter.from_pretrained(adapter, **hub)
+        cfg = adapter.config
+        if isinstance(base_model, nn.Module):
+            return adapter.apply_to(base_model, check_base=check_base)
+        model_cls = getattr(transformers, cfg.architecture, None)
+        if model_cls is None:
+            raise AdapterError(
+                f"transformers {transformers.__version__} has no class {cfg.architecture!r} (the adapter's "
+                "architecture): upgrade transformers, or build the model yourself and use load_adapter()."
+            )
+        source = base_model or cfg.base_model_name_or_path
+        if not source:
+            raise AdapterError("The adapter records no base model: pass base_model= (a path or a Hub id).")
+        kwargs = dict(model_kwargs)
+        if cfg.num_labels and cfg.task_type in ("SEQ_CLS", "TOKEN_CLS"):
+            kwargs.setdefault("num_labels", cfg.num_labels)
+            if cfg.id2label:
+                kwargs.setdefault("id2label", {int(k): v for k, v in cfg.id2label.items()})
+                kwargs.setdefault("label2id", {k: int(v) for k, v in (cfg.label2id or {}).items()})
+        if cfg.problem_type:
+            kwargs.setdefault("problem_type", cfg.problem_type)
+        if cfg.head_modules:
+            # A base that is itself a task checkpoint may have a head of another size; the adapter brings
+            # its own head, and the fingerprint still checks every other tensor.
+            kwargs.setdefault("ignore_mismatched_sizes", True)
+        if cfg.base_model_revision and base_model is None:
+            kwargs.setdefault("revision", cfg.base_model_revision)
+        model = model_cls.from_pretrained(source, **kwargs)
+        return adapter.apply_to(model, check_base=check_base)

@@ -1,0 +1,86 @@
+"""Export a merged, plain transformers checkpoint that loads without bitfit-hf installed.
+
+Biases a model already had are ordinary parameters, so merging is simply saving. Biases that BitFit
+added need a place in the stock architecture: LLaMA-style configs have ``attention_bias`` and
+``mlp_bias`` switches (which create a bias on every projection of that kind; the ones BitFit did not
+add are exported as zeros). A bias added to a norm that the stock class has no bias for cannot be
+represented and is refused with an explanation.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import torch
+from torch import nn
+
+from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.tuners.bitfit.layer import HOOK
+from bitfit_hf.tuners.bitfit.model import get_bitfit_state, unwrap
+
+_FLAG_FOR = {"self_attn.": "attention_bias", "mlp.": "mlp_bias"}
+
+
+def export_merged(model: nn.Module, save_directory: str, tokenizer=None) -> str:
+    """Save ``model`` (with its adapter applied) as a stock checkpoint; returns the directory."""
+    model = unwrap(model)
+    state = get_bitfit_state(model)
+    added = state.added_biases if state is not None else {}
+    hooked = [m for m, kind in added.items() if kind == HOOK]
+    if hooked:
+        raise AdapterError(
+            f"Cannot export a plain {type(model).__name__}: biases were added to {hooked[0]!r} (and "
+            f"{len(hooked) - 1} more norm modules), which the stock class has no bias for. Keep the adapter "
+            "format (load_adapter) for this model, or train without norm roles."
+        )
+    config = model.config.__class__.from_dict(model.config.to_dict())
+    for module_name in added:
+        flags = [flag for part, flag in _FLAG_FOR.items() if part in module_name]
+        if not flags or not hasattr(config, flags[0]):
+            raise AdapterError(
+                f"Cannot export a plain {type(model).__name__}: a bias was added to {module_name!r} and "
+                f"{config.model_type} configs have no switch that creates it. Keep the adapter format."
+            )
+        setattr(config, flags[0], True)
+    merged = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    with torch.device("meta"):
+        reference = type(model)(config)
+    expected = reference.state_dict()
+    for key, tensor in expected.items():
+        if key not in merged and key.endswith(".bias"):
+            merged[key] = torch.zeros(tensor.shape, dtype=merged[key.replace(".bias", ".weight")].dtype)
+    extra = sorted(set(merged) - set(expected))
+    if extra:
+        raise AdapterError(f"Cannot export: {extra[:3]} have no place in a stock {type(model).__name__}.")
+    plain = type(model)(config)
+    plain.load_state_dict(merged, strict=True)
+    plain.to(next(model.parameters()).dtype)
+
+    parent = os.path.dirname(os.path.abspath(save_directory))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    try:
+        plain.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        _replace_dir(tmp, save_directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return save_directory
+
+
+def _replace_dir(new: str, target: str) -> None:
+    """Move ``new`` to ``target``; an existing ``target`` is kept until the new one is in place."""
+    if not os.path.exists(target):
+        os.replace(new, target)
+        return
+    old = target.rstrip("/") + ".old-" + next(tempfile._get_candidate_names())
+    os.replace(target, old)
+    try:
+        os.replace(new, target)
+    except BaseException:
+        os.replace(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

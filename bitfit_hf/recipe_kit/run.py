@@ -1,0 +1,427 @@
+"""The steps every recipe shares: logging, model loading with head checks, evaluating before and after
+training, saving the adapter and the results files in transformers' layout, and the CLI entry point.
+
+Output directory of a run (``--output_dir``):
+
+* the bias-only adapter (``adapter_config.json``, ``adapter_model.safetensors``) and the tokenizer,
+  or a full checkpoint with ``--method full`` / ``--save_full_model``;
+* ``trainable_summary.json`` (what was trained, per role and layer);
+* ``train_results.json``, ``eval_results.json`` (``eval_*`` after training, ``init_eval_*`` for the
+  untrained model), ``predict_results.json`` and ``all_results.json`` (all of them merged), as
+  transformers' example scripts write them; ``trainer_state.json``;
+* ``run_args.json``: every argument of the run (tokens left out) and the defaults the recipe chose;
+* the recipe's predictions with ``--do_predict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+from typing import Any, Callable, Dict, Optional
+
+from bitfit_hf.recipe_kit.args import DEFAULT_MODEL_ID, ParsedArgs, RecipeDefaults, parse_recipe_args
+from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.utils.errors import exit_on_user_error
+from bitfit_hf.utils.io import write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "start_run",
+    "setup_logging",
+    "log_run_header",
+    "resolve_model_source",
+    "check_model_head",
+    "load_config",
+    "load_tokenizer",
+    "load_model",
+    "maybe_load_adapter",
+    "adapter_label_names",
+    "evaluate_sets",
+    "evaluate_before_training",
+    "trainer_options",
+    "pad_multiple",
+    "train_and_save",
+    "train_and_evaluate",
+    "finish_run",
+    "save_metrics",
+    "write_trainable_summary",
+    "write_run_args",
+    "cli_entry",
+]
+
+_HEADS = {
+    "sequence-classification": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING", "AutoModelForSequenceClassification"),
+    "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING", "AutoModelForTokenClassification"),
+    "question-answering": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING", "AutoModelForQuestionAnswering"),
+}
+
+
+# --------------------------------------------------------------------------- logging
+
+
+def setup_logging(training_args) -> None:
+    """Our loggers at INFO on the main process (WARNING elsewhere); transformers/datasets at
+    ``--log_level`` (default: warning)."""
+    import datasets
+    import transformers
+
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    ours = logging.INFO if training_args.should_log else logging.WARNING
+    for name in ("bitfit_hf", "__main__"):
+        logging.getLogger(name).setLevel(ours)
+    level = training_args.get_process_log_level()
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+    transformers.utils.logging.enable_default_handler()
+    transformers.utils.logging.enable_explicit_format()
+
+
+def log_run_header(parsed: ParsedArgs, recipe: str) -> None:
+    args = parsed.training
+    logger.info(
+        "%s: process rank %s of %s, device %s, n_gpu %s, bf16 %s, fp16 %s",
+        recipe, args.process_index, args.world_size, args.device, args.n_gpu, args.bf16, args.fp16,
+    )
+    if parsed.offline_data:
+        logger.info("No dataset given: running the offline default (%s).", parsed.data.dataset_name)
+    if parsed.applied_defaults:
+        shown = ", ".join(f"{k}={v}" for k, v in parsed.applied_defaults.items())
+        logger.info("Recipe defaults (override any with its flag): %s", shown)
+    logger.info(
+        "method=%s bias_terms=%s learning_rate=%g output_dir=%s",
+        parsed.bitfit.method, " ".join(parsed.bitfit.bias_terms or ["all"]) if parsed.bitfit.method == "bitfit" else "-",
+        args.learning_rate, args.output_dir,
+    )
+
+
+def start_run(data_class, defaults: RecipeDefaults, argv=None):
+    """The first step of every recipe: parse the arguments (``--help`` lists them all), set up logging,
+    log what the run will do, check ``--method`` / ``--bias_terms`` before anything is loaded, and seed.
+    Returns ``(parsed, bitfit_config)``; ``parsed`` unpacks to model, data, BitFit and training arguments."""
+    from transformers import set_seed
+
+    from bitfit_hf.training.distributed import use_available_cpu_threads
+
+    parsed = parse_recipe_args(data_class, defaults, argv)
+    setup_logging(parsed.training)
+    use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread
+    log_run_header(parsed, defaults.recipe)
+    bitfit_config = parsed.bitfit.bitfit_config()
+    set_seed(parsed.training.seed)
+    return parsed, bitfit_config
+
+
+# --------------------------------------------------------------------------- model
+
+
+def resolve_model_source(model_args) -> str:
+    """Where to load the model from; also settles ``model_args.base_model_name_or_path`` (recorded in
+    the adapter). No ``--model_name_or_path`` (or the default's Hub id) loads all-MiniLM-L6-v2 from
+    the installed wheel and records its Hub id, never the local folder."""
+    from bitfit_hf.data.assets import AssetNotFoundError, minilm_path
+
+    name = model_args.model_name_or_path
+    wheel = None
+    try:
+        wheel = minilm_path()
+    except AssetNotFoundError:
+        if name is None:
+            raise
+    uses_default = name is None or (
+        name == DEFAULT_MODEL_ID and model_args.model_revision in (None, "main") and wheel is not None
+    )
+    if not uses_default and wheel is not None and os.path.isdir(name):
+        uses_default = os.path.realpath(name) == os.path.realpath(wheel)
+    if uses_default:
+        if model_args.base_model_name_or_path is None:
+            model_args.base_model_name_or_path = DEFAULT_MODEL_ID
+        return wheel
+    if model_args.base_model_name_or_path is None:
+        model_args.base_model_name_or_path = name
+        if os.path.isdir(name):
+            logger.warning(
+                "The adapter will record the local path %r as its base model; pass --base_model_name_or_path "
+                "<hub id> if this is a copy of a Hub model.", name,
+            )
+    return name
+
+
+def check_model_head(config, head: str) -> None:
+    """Raise RecipeError when transformers has no ``head`` model class for ``config``'s architecture."""
+    from transformers.models.auto import modeling_auto
+
+    mapping_name, auto_name = _HEADS[head]
+    mapping = getattr(modeling_auto, mapping_name)
+    if type(config) not in mapping:
+        raise RecipeError(
+            f"the model type {config.model_type!r} has no {head.replace('-', ' ')} head: {auto_name} cannot build "
+            f"one in this transformers version. Use a model with such a head (BERT, RoBERTa, DeBERTa, MiniLM, ...)."
+        )
+
+
+def _hub_kwargs(model_args) -> Dict[str, Any]:
+    return {
+        "cache_dir": model_args.cache_dir,
+        "revision": model_args.model_revision,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
+
+
+def load_config(model_args, source: str, head: str, **config_kwargs):
+    """``AutoConfig`` of the model (with ``num_labels`` etc.), checked to have the ``head`` needed."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_args.config_name or source, **_hub_kwargs(model_args), **config_kwargs)
+    except (OSError, ValueError) as err:
+        raise RecipeError(f"cannot load the model config from {model_args.config_name or source!r}: {err}") from err
+    check_model_head(config, head)
+    return config
+
+
+def load_tokenizer(model_args, source: str, need_fast: bool = False):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or source, **_hub_kwargs(model_args))
+    except (OSError, ValueError) as err:
+        raise RecipeError(f"cannot load the tokenizer from {model_args.tokenizer_name or source!r}: {err}") from err
+    if need_fast and not getattr(tokenizer, "is_fast", False):
+        raise RecipeError(
+            f"this recipe needs a fast tokenizer (offset mapping, word ids); {type(tokenizer).__name__} is not one."
+        )
+    return tokenizer
+
+
+def load_model(auto_class, model_args, source: str, config):
+    try:
+        return auto_class.from_pretrained(
+            source, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **_hub_kwargs(model_args)
+        )
+    except RuntimeError as err:
+        if "size mismatch" in str(err):
+            raise RecipeError(
+                f"the checkpoint's head does not fit this task ({err}). Pass --ignore_mismatched_sizes to start "
+                "a fresh head."
+            ) from err
+        raise
+
+
+def maybe_load_adapter(model, model_args) -> None:
+    """Apply ``--adapter_name_or_path`` (a BitFit adapter) to the freshly loaded base model."""
+    if not model_args.adapter_name_or_path:
+        return
+    from bitfit_hf.adapters.adapter import BitFitAdapter
+
+    adapter = BitFitAdapter.from_pretrained(model_args.adapter_name_or_path)
+    adapter.apply_to(model)
+    logger.info("Loaded the BitFit adapter %s (%d tensors).", model_args.adapter_name_or_path, len(adapter.tensors))
+
+
+def adapter_label_names(model_args, why: str):
+    """The label names recorded in ``--adapter_name_or_path`` (for predicting on unlabelled data)."""
+    if not model_args.adapter_name_or_path:
+        raise RecipeError(f"{why} needs the label set: pass --adapter_name_or_path (a trained adapter) or labelled data.")
+    from bitfit_hf.adapters.adapter import BitFitAdapter
+
+    config = BitFitAdapter.from_pretrained(model_args.adapter_name_or_path).config
+    if not config.id2label:
+        raise RecipeError(f"the adapter {model_args.adapter_name_or_path!r} records no label names.")
+    return [config.id2label[str(i)] for i in range(len(config.id2label))]
+
+
+# --------------------------------------------------------------------------- running
+
+
+def evaluate_sets(trainer, eval_sets: Dict[str, Any], prefix: str = "eval") -> Dict[str, float]:
+    """``trainer.evaluate`` on each dataset; keys of the set named ``s`` get the suffix ``s``
+    (``{"": matched, "_mm": mismatched}`` gives ``eval_accuracy`` and ``eval_accuracy_mm``)."""
+    metrics: Dict[str, float] = {}
+    for suffix, dataset in eval_sets.items():
+        result = trainer.evaluate(eval_dataset=dataset, metric_key_prefix=prefix)
+        metrics.update({f"{k}{suffix}": v for k, v in result.items()})
+    return metrics
+
+
+class _EvaluateAtTrainBegin:
+    """A callback that runs the untrained-model evaluation once, when training begins."""
+
+    def __init__(self, run: Callable[[], Dict[str, float]]):
+        self.run = run
+        self.metrics: Dict[str, float] = {}
+        self.done = False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not self.done:
+            self.done = True
+            self.metrics.update(self.run())
+        return control
+
+
+def evaluate_before_training(trainer, run: Callable[[], Dict[str, float]]) -> Dict[str, float]:
+    """The untrained model's metrics (``init_eval_*``); ``run`` evaluates, e.g.
+    ``lambda: evaluate_sets(trainer, sets, "init_eval")``.
+
+    Under DeepSpeed the engine is only built inside ``train()``, and evaluating first would build an
+    inference engine that training cannot reuse: there the evaluation runs as the first thing of
+    ``train()`` (a callback at train begin), and the returned dict is filled in then.
+    """
+    if not getattr(trainer, "is_deepspeed_enabled", False):
+        return run()
+    from transformers import TrainerCallback
+
+    callback = type("EvaluateAtTrainBegin", (_EvaluateAtTrainBegin, TrainerCallback), {})(run)
+    trainer.add_callback(callback)
+    return callback.metrics
+
+
+def _resume_checkpoint(training_args) -> Optional[Any]:
+    value = training_args.resume_from_checkpoint
+    if value is None:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        if os.path.isdir(training_args.output_dir) and get_last_checkpoint(training_args.output_dir):
+            logger.warning(
+                "%s holds checkpoints from an earlier run; training starts afresh. Pass --resume_from_checkpoint "
+                "last to resume the latest one.", training_args.output_dir,
+            )
+        return None
+    if str(value).lower() in ("true", "last", "latest"):
+        return True
+    return value
+
+
+def trainer_options(model_args, bitfit_config) -> Dict[str, Any]:
+    """The ``BitFitTrainer`` arguments every recipe passes: what to train, and the base model (id and
+    revision) that the saved adapter names, so it can be pulled back onto a stock model."""
+    return {
+        "bitfit_config": bitfit_config,
+        "base_model_name_or_path": model_args.base_model_name_or_path,
+        "base_model_revision": None if model_args.model_revision == "main" else model_args.model_revision,
+    }
+
+
+def pad_multiple(training_args) -> Optional[int]:
+    """Pad batches to a multiple of 8 under fp16 / bf16 (tensor-core friendly shapes), else exactly."""
+    return 8 if training_args.fp16 or training_args.bf16 else None
+
+
+def train_and_save(trainer, training_args, num_train_samples: int) -> Dict[str, float]:
+    """Train (resuming when asked), save the adapter (or full model), and write ``train_results.json``.
+
+    Nothing is pushed here even with ``--push_to_hub``: :func:`finish_run` pushes once the final
+    evaluation is written, so the model card carries the final metrics.
+    """
+    result = trainer.train(resume_from_checkpoint=_resume_checkpoint(training_args))
+    trainer.save_model(_internal_call=True)
+    metrics = dict(result.metrics)
+    metrics["train_samples"] = num_train_samples
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    return metrics
+
+
+def train_and_evaluate(
+    trainer,
+    parsed: ParsedArgs,
+    evaluate: Callable[[str], Dict[str, float]],
+    num_train_samples: Optional[int],
+    eval_counts: Optional[Dict[str, int]] = None,
+) -> Dict[str, float]:
+    """The middle of every recipe: evaluate the untrained model (``init_eval_*``, unless
+    ``--eval_before_training false``), train and save, evaluate again; writes ``train_results.json`` and
+    ``eval_results.json``. ``evaluate(prefix)`` returns metrics keyed ``<prefix>_*``; ``eval_counts``
+    (e.g. ``{"eval_samples": 872}``) are added to the final evaluation's metrics."""
+    training_args = parsed.training
+    init_metrics: Dict[str, float] = {}
+    if training_args.do_eval and training_args.do_train and parsed.bitfit.eval_before_training:
+        init_metrics = evaluate_before_training(trainer, lambda: evaluate("init_eval"))
+    if training_args.do_train:
+        train_and_save(trainer, training_args, num_train_samples)
+    if not training_args.do_eval:
+        return {}
+    metrics = {**evaluate("eval"), **(eval_counts or {})}
+    save_metrics(trainer, "eval", {**init_metrics, **metrics})
+    return metrics
+
+
+def finish_run(trainer, parsed: ParsedArgs, tasks: str, hub_default: Optional[tuple] = None) -> None:
+    """The last step of every recipe, after evaluation and prediction (so the card has the final metrics):
+    with ``--push_to_hub``, push the adapter and its model card; otherwise, after training, write the
+    card (``README.md`` with the bias-change heat map) into ``--output_dir``. Call it on every process
+    (under ZeRO-3 saving is collective). ``hub_default``: the recipe's ``load_raw_datasets`` default."""
+    training_args, data = parsed.training, parsed.data
+    if not (training_args.push_to_hub or training_args.do_train):
+        return
+    local_files = data.train_file or data.validation_file or data.test_file
+    if parsed.offline_data:
+        from bitfit_hf.recipe_kit.data import OFFLINE_DATASETS
+
+        spec = OFFLINE_DATASETS.get(data.dataset_name)
+        card = {"dataset": spec.description if spec else data.dataset_name}
+    elif data.dataset_name or (hub_default and not local_files):
+        name, config = (data.dataset_name, data.dataset_config_name) if data.dataset_name else hub_default
+        card = {"dataset_tags": name, "dataset_args": config, "dataset": name}
+    else:
+        card = {}
+    card = {"tasks": tasks, "language": "en" if parsed.offline_data else None, **card}
+    card = {k: v for k, v in card.items() if v is not None}
+    if training_args.push_to_hub:
+        trainer.push_to_hub(commit_message="End of training", **card)
+    else:
+        trainer.create_model_card(**card)
+
+
+def save_metrics(trainer, split: str, metrics: Dict[str, float]) -> None:
+    """Print and write ``<split>_results.json`` (merged into ``all_results.json``)."""
+    trainer.log_metrics(split, metrics)
+    trainer.save_metrics(split, metrics)
+
+
+def write_trainable_summary(trainer, output_dir: str) -> None:
+    """``trainable_summary.json`` for every method (the adapter save writes it for BitFit too)."""
+    if not trainer.is_world_process_zero():
+        return
+    summary = trainer.bitfit_state.summary
+    os.makedirs(output_dir, exist_ok=True)
+    write_json_atomic(os.path.join(output_dir, "trainable_summary.json"), summary.to_dict())
+
+
+def write_run_args(parsed: ParsedArgs, output_dir: str) -> None:
+    """``run_args.json``: the parsed arguments (no tokens), the defaults the recipe chose, the command."""
+    if not parsed.training.should_save:
+        return
+
+    def clean(obj):
+        data = dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else dict(obj)
+        return {k: v for k, v in data.items() if "token" not in k}
+
+    training = {k: v for k, v in parsed.training.to_dict().items() if "token" not in k}
+    payload = {
+        "command": [os.path.basename(sys.argv[0])] + sys.argv[1:],
+        "model_args": clean(parsed.model),
+        "data_args": clean(parsed.data),
+        "bitfit_args": clean(parsed.bitfit),
+        "training_args": training,
+        "recipe_defaults": dict(parsed.applied_defaults),
+        "offline_data": parsed.offline_data,
+    }
+    os.makedirs(output_dir, exist_ok=True)
+    write_json_atomic(os.path.join(output_dir, "run_args.json"), json.loads(json.dumps(payload, default=str)))
+
+
+def cli_entry(main: Callable[[], Any]) -> None:
+    """Run a recipe's ``main``; bad input (any :class:`~bitfit_hf.utils.errors.UserError`: a recipe
+    flag, a missing asset, a bad adapter, a Hub refusal) prints one ``error:`` line and exits with
+    status 2 instead of a traceback."""
+    exit_on_user_error(main, os.path.basename(sys.argv[0]))

@@ -1,0 +1,1 @@
+"""Training: the trainer core, its optimizer groups and the checks of distributed launches."""

@@ -1,0 +1,231 @@
+"""``BitFitTrainer``: a ``transformers.Trainer`` that trains only the selected biases and the head."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import re
+from typing import Any, Dict, List, Optional
+
+import torch
+from torch import nn
+from transformers import Trainer
+
+from bitfit_hf.adapters.adapter import BitFitAdapter
+from bitfit_hf.reporting.heatmap import BiasChange, snapshot_biases
+from bitfit_hf.training.distributed import (
+    check_trainer_launch,
+    is_deepspeed_dummy_optimizer,
+    keep_bitfit_groups_in_deepspeed_optimizer,
+    reset_evaluation_wrapping,
+    zero12_evaluation_before_training,
+)
+from bitfit_hf.training.optim import parameter_groups, without_names
+from bitfit_hf.tuners import apply_method
+from bitfit_hf.tuners.bitfit.config import BitFitConfig
+from bitfit_hf.tuners.bitfit.model import adapter_parameter_names, get_bitfit_state, unwrap
+from bitfit_hf.utils.constants import BIAS_CHANGE_JSON, SUMMARY_NAME, WEIGHTS_NAME
+from bitfit_hf.utils.io import write_json_atomic
+from bitfit_hf.utils.zero import gathered
+
+logger = logging.getLogger("bitfit_hf")
+
+
+def loss_uses_num_items(model: nn.Module) -> bool:
+    """Whether ``model.forward`` really feeds ``num_items_in_batch`` to its loss.
+
+    Trainer assumes so for any forward with ``**kwargs`` and then multiplies the loss by the world
+    size; ``BertForSequenceClassification`` takes ``**kwargs`` but computes a plain mean loss, so
+    distributed runs trained on a loss scaled by the number of processes. Only a forward that passes
+    its kwargs to ``self.loss_function`` normalises by ``num_items_in_batch``.
+    """
+    explicit = getattr(model, "accepts_loss_kwargs", None)
+    if explicit is not None:
+        return bool(explicit)
+    try:
+        source = inspect.getsource(type(model).forward)
+    except (OSError, TypeError):
+        return False
+    return re.search(r"self\.loss_function\((?:[^()]|\([^()]*\))*\*\*kwargs", source) is not None
+
+
+class BitFitTrainerBase(Trainer):
+    """Everything of :class:`bitfit_hf.BitFitTrainer` except Hub publishing (which the Hub layer adds
+    on top): construct it exactly like ``Trainer``.
+
+    With no BitFit argument it trains every bias plus the task head. ``bitfit_config`` picks a preset,
+    roles or patterns and per-group learning rates. ``base_model_name_or_path`` /
+    ``base_model_revision`` are recorded in the saved adapter (default: the model's ``_name_or_path``).
+    ``save_model`` writes the bias-only adapter unless ``bitfit_config.save_full_model`` is set.
+    """
+
+    def __init__(
+        self,
+        model: Optional[nn.Module] = None,
+        args=None,
+        *trainer_args,
+        bitfit_config: Optional[BitFitConfig] = None,
+        base_model_name_or_path: Optional[str] = None,
+        base_model_revision: Optional[str] = None,
+        **trainer_kwargs,
+    ):
+        if model is None:
+            raise ValueError("BitFitTrainer needs `model=`; model_init is not supported.")
+        state = get_bitfit_state(model)
+        if state is None or (bitfit_config is not None and bitfit_config != state.config):
+            state = apply_method(model, bitfit_config)
+        if state.selection.trainable_numel == 0:
+            raise ValueError(
+                "Nothing is trainable: the BitFit selection "
+                f"(bias_terms={state.config.bias_terms}, train_head={state.config.train_head}) is empty. "
+                "Select bias terms, or keep train_head=True on a model with a task head."
+            )
+        self.bitfit_state = state
+        self.base_model_name_or_path = base_model_name_or_path
+        self.base_model_revision = base_model_revision
+        super().__init__(model, args, *trainer_args, **trainer_kwargs)
+        self.model_accepts_loss_kwargs = loss_uses_num_items(unwrap(self.model))
+        # Stop launches that exit 0 while training wrongly (ranks alone, DeepSpeed off): docs/distributed.md
+        check_trainer_launch(self)
+        if getattr(self.args, "activation_checkpointing", None) or getattr(self.args, "gradient_checkpointing", False):
+            self._prepare_gradient_checkpointing()
+        self._summary_logged = False
+        # The biases before training: b0 of the bias-change heat map in the model card (docs/hub.md).
+        self._base_biases = _snapshot_base_biases(model, state)
+
+    # ---- set-up --------------------------------------------------------------------------------
+    def _prepare_gradient_checkpointing(self) -> None:
+        """Frozen embeddings give checkpointed blocks inputs without grad: reentrant checkpoints then
+        skip every bias inside. Use non-reentrant checkpoints unless the user chose otherwise, and
+        make the inputs require grad when they did."""
+        # transformers 5 renamed gradient_checkpointing* to activation_checkpointing*; keep both in sync.
+        names = [n for n in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs") if hasattr(self.args, n)]
+        kwargs = dict(next((getattr(self.args, n) for n in names if getattr(self.args, n)), None) or {})
+        if "use_reentrant" not in kwargs:
+            kwargs["use_reentrant"] = False
+            for name in names:
+                setattr(self.args, name, kwargs)
+        if kwargs["use_reentrant"] and hasattr(unwrap(self.model), "enable_input_require_grads"):
+            unwrap(self.model).enable_input_require_grads()
+
+    @property
+    def bitfit_config(self) -> BitFitConfig:
+        return self.bitfit_state.config
+
+    def bitfit_parameter_groups(self, model: nn.Module) -> List[Dict[str, Any]]:
+        """Optimizer groups of the selection (see :func:`bitfit_hf.training.optim.parameter_groups`)."""
+        return parameter_groups(model, self.bitfit_state, self.args.learning_rate, self.args.weight_decay,
+                                self.get_decay_parameter_names(model))
+
+    def create_optimizer(self, model=None):
+        if is_deepspeed_dummy_optimizer(self.optimizer) and not self.bitfit_config.is_full_finetuning:
+            # The DeepSpeed config has an "optimizer" block: DeepSpeed builds it, over BitFit's groups.
+            return keep_bitfit_groups_in_deepspeed_optimizer(self, self.optimizer)
+        if self.optimizer is not None or self.bitfit_config.is_full_finetuning:
+            return super().create_optimizer(model) if self.optimizer is None else self.optimizer
+        opt_model = self.model if model is None else model
+        if self.optimizer_cls_and_kwargs is not None:
+            optimizer_cls, optimizer_kwargs = self.optimizer_cls_and_kwargs
+        else:
+            optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
+        optimizer_kwargs = dict(optimizer_kwargs)
+        if any(key in optimizer_kwargs for key in ("params", "model", "optimizer_dict")) or not isinstance(optimizer_cls, type):
+            # GaLore / LOMO / layer-wise / factory optimizers build their own groups from requires_grad.
+            return super().create_optimizer(model)
+        optimizer_kwargs.pop("lr", None)  # each group carries its own
+        groups = self.bitfit_parameter_groups(opt_model)
+        if (self.optimizer_cls_and_kwargs is None and optimizer_kwargs.get("fused")
+                and all(p.device.type == "cpu" for g in groups for p in g["params"])):
+            # The default optim ("adamw_torch_fused") on CPU opens one OpenMP region per tensor, and BitFit
+            # trains ~100 tiny tensors: on a shared 2-core CPU that cost 1.38x -> 1.10x of full FT's speed
+            # (benchmarks/README.md). foreach computes the same AdamW update with no parallel region.
+            optimizer_kwargs.update(fused=False, foreach=True)
+        self.optimizer = optimizer_cls(without_names(groups), **optimizer_kwargs)
+        return self.optimizer
+
+    # ---- training ------------------------------------------------------------------------------
+    def train(self, *args, **kwargs):
+        if not self._summary_logged and self.is_world_process_zero():
+            logger.info("BitFit trainable parameters:\n%s", self.bitfit_state.summary)
+            self._summary_logged = True
+        reset_evaluation_wrapping(self)  # evaluate() before train() left the model unwrappable (DDP) / an inference engine
+        return super().train(*args, **kwargs)
+
+    def evaluation_loop(self, *args, **kwargs):
+        with zero12_evaluation_before_training(self):  # DeepSpeed builds no ZeRO-1/2 inference engine
+            return super().evaluation_loop(*args, **kwargs)
+
+    # ---- saving --------------------------------------------------------------------------------
+    def adapter_tensors(self) -> Dict[str, torch.Tensor]:
+        """The adapter's tensors, gathered under ZeRO-3 (collective: call on every rank)."""
+        model = unwrap(self.model)
+        params = dict(model.named_parameters())
+        names = adapter_parameter_names(model, self.bitfit_state)
+        with gathered([params[n] for n in names]):
+            return {n: params[n].detach().to("cpu", copy=True).contiguous() for n in names}
+
+    def build_adapter(self, tensors: Optional[Dict[str, torch.Tensor]] = None) -> BitFitAdapter:
+        metadata = {"training_args": _public_args(self.args)}
+        return BitFitAdapter.from_model(
+            self.model,
+            base_model_name_or_path=self.base_model_name_or_path,
+            base_model_revision=self.base_model_revision,
+            metadata=metadata,
+            tensors=tensors if tensors is not None else self.adapter_tensors(),
+        )
+
+    def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
+        if self.bitfit_config.save_full_model or self.bitfit_config.is_full_finetuning:
+            return super().save_model(output_dir, _internal_call)
+        output_dir = output_dir or self.args.output_dir
+        tensors = self.adapter_tensors()
+        if self.args.should_save:
+            adapter = self.build_adapter(tensors)
+            adapter.save_pretrained(output_dir)
+            write_json_atomic(os.path.join(output_dir, SUMMARY_NAME), self.bitfit_state.summary.to_dict())
+            _write_bias_change(output_dir, self._base_biases, adapter)
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(output_dir)
+            logger.info("Saved the BitFit adapter (%d tensors) to %s", len(tensors), output_dir)
+        if self.args.push_to_hub and not _internal_call:
+            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        if not os.path.isfile(os.path.join(resume_from_checkpoint, WEIGHTS_NAME)):
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        BitFitAdapter.from_directory(resume_from_checkpoint).apply_to(model if model is not None else self.model)
+
+    def _load_best_model(self):
+        best = self.state.best_model_checkpoint
+        if best and os.path.isfile(os.path.join(best, WEIGHTS_NAME)) and not self.is_deepspeed_enabled:
+            logger.info("Loading the best BitFit adapter from %s (score: %s).", best, self.state.best_metric)
+            BitFitAdapter.from_directory(best).apply_to(self.model)
+            return
+        return super()._load_best_model()
+
+
+def _snapshot_base_biases(model: nn.Module, state) -> Dict[str, torch.Tensor]:
+    try:
+        return snapshot_biases(model, state.selection.bias_parameter_names)
+    except Exception as err:  # noqa: BLE001 - the heat map is optional, training is not
+        logger.info("No bias snapshot for the bias-change map (%s).", err)
+        return {}
+
+
+def _write_bias_change(output_dir: str, base_biases: Dict[str, torch.Tensor], adapter: BitFitAdapter) -> None:
+    """``bias_change.json`` beside a saved adapter, against the biases before training."""
+    if not base_biases:
+        return
+    try:
+        BiasChange.compute(base_biases, adapter).save(os.path.join(output_dir, BIAS_CHANGE_JSON))
+    except ValueError as err:  # e.g. a head-only adapter: nothing to draw
+        logger.info("No bias-change map: %s", err)
+
+
+def _public_args(args) -> Dict[str, Any]:
+    """Training hyper-parameters worth recording in an adapter (never tokens or paths)."""
+    keep = ("learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
+            "weight_decay", "warmup_steps", "lr_scheduler_type", "seed", "optim", "max_grad_norm", "bf16", "fp16")
+    return {key: getattr(args, key) if not hasattr(getattr(args, key), "value") else getattr(args, key).value
+            for key in keep if hasattr(args, key)}

