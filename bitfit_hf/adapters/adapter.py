@@ -198,10 +198,11 @@ class BitFitAdapter:
                 f"This adapter is for a {cfg.model_type!r} model ({cfg.architecture} on "
                 f"{cfg.base_model_name_or_path}); the model given is a {found_type!r} ({type(inner).__name__})."
             )
-        self._check_shapes_before_prepare(inner)
+        self._check_shapes(inner, before_prepare=True)
         state = get_bitfit_state(inner)
         if state is None or state.selection.parameter_names != cfg.trained_parameters:
             state = apply_method(inner, cfg.tuner_config())
+        self._check_shapes(inner, before_prepare=False)  # tensors that only the method's modules hold
         if state.selection.parameter_names != cfg.trained_parameters:
             raise AdapterError(
                 f"The adapter's trained parameters do not exist in this {type(inner).__name__}: e.g. "
@@ -227,11 +228,15 @@ class BitFitAdapter:
             inner.config.problem_type = cfg.problem_type
         return model
 
-    def _check_shapes_before_prepare(self, model: nn.Module) -> None:
+    def _check_shapes(self, model: nn.Module, before_prepare: bool) -> None:
+        """Every tensor exists in ``model`` with its shape. Before the method prepares a stock model, the
+        tensors it creates are skipped: added biases, and for methods that insert modules (LoRA) any name
+        the stock model lacks (the selection check after preparing names a missing one)."""
         params = dict(model.named_parameters())
         added = {f"{m}.bias" for m in self.config.added_biases}
+        inserts_modules = self.config.method != "bitfit"
         for name, tensor in self.tensors.items():
-            if name in added and name not in params:
+            if before_prepare and name not in params and (name in added or inserts_modules):
                 continue
             if name not in params:
                 raise AdapterError(

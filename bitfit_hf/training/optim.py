@@ -13,6 +13,10 @@ from torch import nn
 
 from bitfit_hf.tuners.bitfit.model import BitFitState, unwrap
 from bitfit_hf.tuners.bitfit.selection import HEAD
+from bitfit_hf.tuners.bitfit_lora.config import LORA
+
+#: Roles of methods built on BitFit whose tensors get a group of their own, named after the role.
+OWN_GROUP_ROLES = (LORA,)
 
 
 def parameter_groups(
@@ -22,7 +26,8 @@ def parameter_groups(
     weight_decay: float,
     decay_parameter_names: Iterable[str],
 ) -> List[Dict[str, Any]]:
-    """The non-empty groups ``bias``, ``pattern_decay``, ``head`` and ``head_decay``, each with
+    """The non-empty groups ``bias``, ``pattern_decay``, ``head``, ``head_decay`` (and ``lora`` /
+    ``lora_decay`` for BitFit + LoRA), each with
     ``params``, ``lr`` (``config.learning_rate_for(role)``, else ``learning_rate``), ``weight_decay``
     and ``name``; a kind whose roles have several rates gets one group per rate (``bias@lr=...``)."""
     cfg = state.config
@@ -34,7 +39,8 @@ def parameter_groups(
             continue
         role = role_of[name]
         decays = name in decay and not name.endswith("bias")
-        key = ("head" if role == HEAD else "pattern" if decays else "bias") + ("_decay" if decays else "")
+        kind = "head" if role == HEAD else role if role in OWN_GROUP_ROLES else "pattern" if decays else "bias"
+        key = kind + ("_decay" if decays else "")
         lr = cfg.learning_rate_for(role) or learning_rate
         group = groups.setdefault((key, lr), _group(key, lr, weight_decay if decays else 0.0))
         group["params"].append(param)

@@ -19,6 +19,8 @@ from torch import nn
 
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit, get_bitfit_state
+from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
+from bitfit_hf.tuners.bitfit_lora.model import apply_bitfit_lora
 
 
 @dataclass(frozen=True)
@@ -63,3 +65,5 @@ def get_tuner_state(model: nn.Module) -> Optional[BitFitState]:
 
 
 register_method(MethodSpec("bitfit", BitFitConfig, apply_bitfit, "bias terms (all, presets, paper roles or patterns) + head"))
+register_method(MethodSpec("bitfit_lora", BitFitLoraConfig, apply_bitfit_lora,
+                           "bias terms + head, plus peft LoRA matrices (default: query and value projections)"))

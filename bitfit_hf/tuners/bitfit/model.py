@@ -82,6 +82,12 @@ def get_bitfit_state(model: nn.Module) -> Optional[BitFitState]:
     return getattr(unwrap(model), _STATE_ATTR, None)
 
 
+def attach_state(model: nn.Module, state: BitFitState) -> None:
+    """Keep ``state`` on ``model`` where :func:`get_bitfit_state` finds it: methods built on BitFit replace
+    the state :func:`apply_bitfit` left with their own (a :class:`BitFitState` subclass)."""
+    setattr(unwrap(model), _STATE_ATTR, state)
+
+
 def unwrap(model: nn.Module) -> nn.Module:
     """The user's model inside DDP / DeepSpeed / torch.compile wrappers."""
     while True:
