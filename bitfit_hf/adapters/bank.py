@@ -86,9 +86,6 @@ class AdapterBank:
         prepared = {}
         for tensor_name, tensor in tensors.items():
             param = params[tensor_name]
-            if tuple(param.shape) != tuple(tensor.shape) and not is_lora_parameter(tensor_name, lora_modules):
-                raise AdapterError(f"Adapter {name!r}: {tensor_name} has shape {tuple(tensor.shape)}, the model "
-                                   f"{tuple(param.shape)}.")
             if tensor_name not in self._base:
                 self._base[tensor_name] = param.data
             prepared[tensor_name] = tensor.to(device=param.device, dtype=param.dtype)
