@@ -27,6 +27,7 @@ from bitfit_hf.adapters.config import (
     BaseModelMismatchError,
     task_type_of,
 )
+from bitfit_hf.adapters.peft_format import load_peft_beft, peft_type_of
 from bitfit_hf.adapters.remote import remote_store
 from bitfit_hf.tuners import apply_method
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
@@ -145,6 +146,13 @@ class BitFitAdapter:
             raise AdapterError(
                 f"No adapter directory at {directory!r}. Pass the output directory of a BitFit run "
                 f"(it holds {CONFIG_NAME} and {WEIGHTS_NAME}) or a Hub repo id."
+            )
+        peft_type = peft_type_of(directory)
+        if peft_type is not None:
+            raise AdapterError(
+                f"{directory!r} is a PEFT {peft_type} adapter, not a BitFit one. "
+                + ("load_adapter(model, directory) reads it onto a stock model." if peft_type == "BEFT"
+                   else "Load it with peft.PeftModel.from_pretrained.")
             )
         weights_path = os.path.join(directory, WEIGHTS_NAME)
         if not os.path.isfile(weights_path):
@@ -326,7 +334,12 @@ def _first_difference(expected, found) -> str:
 
 
 def load_adapter(model: nn.Module, path_or_repo_id: str, check_base: bool = True, **hub_kwargs) -> nn.Module:
-    """Load a BitFit adapter (local directory or Hub id) onto an already-built stock model."""
+    """Load a BitFit adapter (local directory or Hub id) onto an already-built stock model.
+
+    A local PEFT BEFT adapter folder (``"peft_type": "BEFT"``) is read too, as the equivalent BitFit
+    selection (:func:`bitfit_hf.adapters.peft_format.load_peft_beft`; PEFT records no base fingerprint)."""
+    if os.path.isdir(path_or_repo_id) and peft_type_of(path_or_repo_id) is not None:
+        return load_peft_beft(model, path_or_repo_id)
     return BitFitAdapter.from_pretrained(path_or_repo_id, **hub_kwargs).apply_to(model, check_base=check_base)
 
 

@@ -69,13 +69,13 @@ def export_merged(model: nn.Module, save_directory: str, tokenizer=None) -> str:
         plain.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        _replace_dir(tmp, save_directory)
+        replace_dir(tmp, save_directory)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return save_directory
 
 
-def _replace_dir(new: str, target: str) -> None:
+def replace_dir(new: str, target: str) -> None:
     """Move ``new`` to ``target``; an existing ``target`` is kept until the new one is in place."""
     if not os.path.exists(target):
         os.replace(new, target)

@@ -11,5 +11,6 @@ SUMMARY_NAME = "trainable_summary.json"
 README_NAME = "README.md"
 BIAS_CHANGE_JSON = "bias_change.json"
 BIAS_CHANGE_PNG = "bias_change.png"
+PEFT_SUBFOLDER = "peft"  # a PEFT BEFT copy of the adapter, beside it (`bitfit-hf export-peft ADAPTER ADAPTER/peft`)
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
