@@ -42,7 +42,8 @@ _WORK: Optional[Path] = None
 _BASES: Dict[str, Path] = {}
 _REFS: Dict[str, Path] = {}
 # model kind -> extra dist_train.py arguments (LLaMA has no biases: BitFit adds zero ones)
-KIND_ARGS = {"bert": [], "llama": ["--add-missing-biases"]}
+KIND_ARGS = {"bert": [], "llama": ["--add-missing-biases"], "bert_lora": ["--lora"]}
+BASE_KIND = {"bert_lora": "bert"}  # kinds that train another method on one of the bases above
 
 
 def workdir() -> Path:
@@ -63,6 +64,7 @@ def free_port() -> int:
 def base_model_dir(kind: str = "bert") -> Path:
     """A small random model saved once per session: BERT (2 layers, hidden 32, no dropout), or LLaMA
     (2 layers, hidden 32, no biases anywhere) for the added-bias path."""
+    kind = BASE_KIND.get(kind, kind)
     if kind not in _BASES:
         import transformers as T
 
@@ -339,7 +341,7 @@ def _base_value(name: str, like: torch.Tensor, kind: str = "bert") -> torch.Tens
         from safetensors.torch import load_file
 
         _BASE_STATES[kind] = load_file(str(base_model_dir(kind) / "model.safetensors"))
-    return _BASE_STATES[kind].get(name, torch.zeros_like(like))
+    return _BASE_STATES[kind].get(name.replace(".base_layer.", "."), torch.zeros_like(like))
 
 
 def record(case: str, numbers: dict) -> None:

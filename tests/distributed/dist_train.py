@@ -38,6 +38,7 @@ def parse(argv=None):
     p.add_argument("--head-lr", type=float, default=5e-3)
     p.add_argument("--no-helper", action="store_true", help="build TrainingArguments without training_args_kwargs")
     p.add_argument("--add-missing-biases", action="store_true", help="for bias-less bases (LLaMA): add zero biases")
+    p.add_argument("--lora", action="store_true", help="BitFit + LoRA (r 4, no LoRA dropout: ranks draw no masks)")
     p.add_argument("--eval-first", action="store_true", help="trainer.evaluate() before trainer.train(), as the recipes do")
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1)  # the deepspeed launcher passes it
     return p.parse_args(argv)
@@ -97,12 +98,19 @@ def main(argv=None) -> int:
     built_partitioned = any(hasattr(p, "ds_id") for p in model.parameters())
     cfg = model.config
     data = make_dataset(a.steps * a.global_batch, 16, cfg.vocab_size)
+    config = BitFitConfig(bias_learning_rate=a.bias_lr, head_learning_rate=a.head_lr,
+                          add_missing_biases=a.add_missing_biases)
+    if a.lora:
+        from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
+
+        config = BitFitLoraConfig(**config.to_dict(), lora_r=4, lora_alpha=8, lora_dropout=0.0,
+                                  lora_learning_rate=a.bias_lr)
+        torch.manual_seed(0)  # lora_A's random init (peft): the same in the single-process reference
     trainer = BitFitTrainer(
         model,
         args,
         train_dataset=data,
-        bitfit_config=BitFitConfig(bias_learning_rate=a.bias_lr, head_learning_rate=a.head_lr,
-                                   add_missing_biases=a.add_missing_biases),
+        bitfit_config=config,
     )
     from transformers import TrainerCallback
 
@@ -135,7 +143,7 @@ def main(argv=None) -> int:
             continue
         with gathered([param]):
             value = param.detach().to("cpu", torch.float32).clone()
-        ref = base[name].to(torch.float32)
+        ref = base[name.replace(".base_layer.", ".")].to(torch.float32)  # LoRA-wrapped modules: stock name
         checked += 1
         if value.shape != ref.shape or not torch.equal(value, ref):
             mismatched.append(name)
