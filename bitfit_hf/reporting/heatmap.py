@@ -26,6 +26,7 @@ from torch import nn
 
 from bitfit_hf.adapters.base_checkpoint import read_checkpoint_biases
 from bitfit_hf.adapters.config import AdapterConfig
+from bitfit_hf.tuners.bitfit_lora.layer import BASE_LAYER
 from bitfit_hf.tuners.roles import ALL_ROLES, ARCHITECTURE_ROLES, PRESETS, match_role, roles_for
 
 logger = logging.getLogger(__name__)
@@ -249,6 +250,8 @@ def classify(config: AdapterConfig) -> List[Tuple[str, str, str, Optional[Tuple[
         if not name.endswith(".bias") or any(name == h or name.startswith(h + ".") for h in heads):
             continue
         module = name[: -len(".bias")]
+        if module.endswith("." + BASE_LAYER):  # a module peft wrapped (BitFit + LoRA): its stock name
+            module = module[: -len(BASE_LAYER) - 1]
         found = []
         for role, rules in (table or {}).items():
             for rule in rules:

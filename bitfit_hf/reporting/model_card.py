@@ -362,7 +362,8 @@ def build_model_card(
     summary_rows = []
     for role in sorted(per_role, key=_role_rank):
         what = ALL_ROLES.get(role) or {"head": "task head (" + ", ".join(f"`{m}`" for m in cfg.head_modules) + ")",
-                                       "bias": "other bias", "pattern": "selected by a pattern"}.get(role, role)
+                                       "bias": "other bias", "pattern": "selected by a pattern",
+                                       "lora": "LoRA matrices (peft), beside the biases"}.get(role, role)
         summary_rows.append({
             "role": role, "what": what, "tensors": tensors.get(role, ""), "params": int(per_role[role]),
             "percent": f"{100 * per_role[role] / total:.4f}%" if total else "",
