@@ -188,7 +188,7 @@ class BitFitArguments:
         flat = [t for term in terms for t in term.replace(",", " ").split()]
         if self.method not in ("bitfit", "bitfit_lora") and flat:
             raise RecipeError(
-                f"--bias_terms {' '.join(flat)} applies to --method bitfit / bitfit_lora only (got --method {self.method})."
+                f"--bias_terms {' '.join(flat)} applies to --method bitfit only (and bitfit_lora; got --method {self.method})."
             )
         lora_given = self.lora_target_modules is not None or self.lora_learning_rate is not None
         if self.method != "bitfit_lora" and lora_given:

@@ -129,3 +129,21 @@ def test_bad_bitfit_arguments(kwargs, message):
 def test_unknown_method_is_refused():
     with pytest.raises((RecipeError, SystemExit)):
         parse("--method", "lora")
+
+
+def test_bitfit_lora_method_and_flags():
+    from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
+
+    parsed = parse("--method", "bitfit_lora", "--lora_r", "4", "--lora_target_modules", "query", "key",
+                   "--lora_learning_rate", "5e-4", "--bias_terms", "b_q", "b_v")
+    assert parsed.training.learning_rate == DEFAULT_LEARNING_RATES["bitfit_lora"]
+    assert parsed.training.output_dir.endswith("demo-sst2-bitfit_lora")
+    config = parsed.bitfit.bitfit_config()
+    assert isinstance(config, BitFitLoraConfig)
+    assert (config.lora_r, config.lora_alpha, config.lora_dropout) == (4, 16, 0.1)
+    assert config.lora_target_modules == ["query", "key"] and config.bias_terms == ["b_q", "b_v"]
+    assert config.learning_rate_for("lora") == 5e-4
+    with pytest.raises(RecipeError, match="--lora_\\* flags apply to --method bitfit_lora only"):
+        BitFitArguments(lora_target_modules=["query"]).bitfit_config()
+    with pytest.raises(RecipeError, match="lora_r"):
+        BitFitArguments(method="bitfit_lora", lora_r=0).bitfit_config()
