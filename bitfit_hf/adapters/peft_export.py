@@ -149,6 +149,8 @@ def export_peft(
         revision=cfg.base_model_revision,
     )
     peft_model = peft.get_peft_model(model, peft_config)
+    # peft records the folder the model was loaded from; users need the base the adapter names (a Hub id).
+    peft_model.peft_config[peft_model.active_adapter].base_model_name_or_path = cfg.base_model_name_or_path or None
     inner = peft_model.get_base_model()
     with torch.no_grad():
         for module_name, delta in deltas.items():

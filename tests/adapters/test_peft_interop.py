@@ -95,6 +95,14 @@ def test_minilm_default_style_export_loads_with_plain_peft_same_logits_and_predi
     assert torch.equal(got.argmax(-1), expected.argmax(-1))
 
 
+def test_export_records_the_adapters_base_id_not_the_folder_it_was_loaded_from(tmp_path):
+    base_dir, model = _trained("bert", tmp_path)
+    save_adapter(model, str(tmp_path / "adapter"), base_model_name_or_path="me/tiny-base")
+    export_peft(str(tmp_path / "adapter"), str(tmp_path / "peft"), base_model=str(base_dir))
+    config = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "me/tiny-base"
+
+
 @pytest.mark.parametrize("arch, config, part", [
     ("gpt2", BitFitConfig("b_q"), r"b_q, 1 of the 3 fused parts of 'transformer\.h\.0\.attn\.c_attn\.bias'"),
     ("gpt2", BitFitConfig("all"), r"'transformer\.h\.0\.attn\.c_attn\.bias' belongs to a Conv1D"),
