@@ -121,6 +121,16 @@ def test_parts_peft_cannot_express_are_refused_by_name(arch, config, part, tmp_p
     assert peft_export_blocker(adapter, tiny_model(arch, num_labels=2))
 
 
+def test_adapters_of_other_methods_are_refused_by_method_name(tmp_path):
+    """A sibling method's adapter (a random subset of bias entries, say) is never exported as plain BitFit."""
+    model = tiny_model("bert", num_labels=2)
+    apply_method(model, BitFitConfig())
+    adapter = BitFitAdapter.from_model(model)
+    adapter.config.method = "random_subset"
+    with pytest.raises(PeftExportError, match="adapter of method 'random_subset'"):
+        export_peft(adapter, str(tmp_path / "peft"), base_model=tiny_model("bert", num_labels=2))
+
+
 def test_cli_refusal_is_one_error_line(tmp_path, capsys):
     model = tiny_model("bert", num_labels=2)
     model.save_pretrained(tmp_path / "base")
