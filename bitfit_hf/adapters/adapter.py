@@ -19,9 +19,6 @@ import torch
 from torch import nn
 
 from bitfit_hf.adapters.config import (
-    CONFIG_NAME,
-    SUMMARY_NAME,
-    WEIGHTS_NAME,
     AdapterConfig,
     AdapterError,
     BaseModelMismatchError,
@@ -31,7 +28,7 @@ from bitfit_hf.adapters.remote import remote_store
 from bitfit_hf.tuners import apply_method
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import get_bitfit_state, trainable_state_dict, unwrap
-from bitfit_hf.utils.constants import __version__
+from bitfit_hf.utils.constants import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, __version__
 from bitfit_hf.utils.io import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 
 from bitfit_hf.tuners import config_from_dict
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
-from bitfit_hf.utils.constants import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME  # noqa: F401 - re-exported
+from bitfit_hf.utils.constants import CONFIG_NAME
 from bitfit_hf.utils.errors import UserError
 
 FORMAT_VERSION = 1

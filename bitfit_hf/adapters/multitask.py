@@ -41,6 +41,7 @@ from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.tuners.bitfit.layer import HOOK_ATTR
+from bitfit_hf.utils.names import is_under
 
 __all__ = ["MultiTaskModel", "MultiTaskOutput"]
 
@@ -137,7 +138,7 @@ class MultiTaskModel(nn.Module):
         self.head_modules = heads
 
         def in_head(name: str) -> bool:
-            return any(name == h or name.startswith(h + ".") for h in heads)
+            return is_under(name, heads)
 
         bias_names: List[str] = []
         for task in self.tasks:

@@ -46,19 +46,7 @@ from typing import Any, Iterator, List, Optional, Tuple, Union
 
 from bitfit_hf.adapters.adapter import canonical_safetensors
 from bitfit_hf.adapters.config import AdapterConfig, AdapterError
-from bitfit_hf.hub.errors import (  # noqa: F401 - the error classes are part of this module's API
-    HubAdapterNotFoundError,
-    HubAuthError,
-    HubConflictError,
-    HubConnectionError,
-    HubError,
-    HubOfflineError,
-    HubRepoNotFoundError,
-    HubRevisionNotFoundError,
-    hub_errors,
-    offline,
-    translate,
-)
+from bitfit_hf.hub.errors import HubConnectionError, HubOfflineError, hub_errors, offline, translate
 from bitfit_hf.utils.constants import (
     BIAS_CHANGE_JSON,
     BIAS_CHANGE_PNG,

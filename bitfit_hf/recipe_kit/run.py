@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Optional
 
 from bitfit_hf.recipe_kit.args import DEFAULT_MODEL_ID, ParsedArgs, RecipeDefaults, parse_recipe_args
 from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.utils.constants import SUMMARY_NAME
 from bitfit_hf.utils.errors import exit_on_user_error
 from bitfit_hf.utils.io import write_json_atomic
 
@@ -394,7 +395,7 @@ def write_trainable_summary(trainer, output_dir: str) -> None:
         return
     summary = trainer.bitfit_state.summary
     os.makedirs(output_dir, exist_ok=True)
-    write_json_atomic(os.path.join(output_dir, "trainable_summary.json"), summary.to_dict())
+    write_json_atomic(os.path.join(output_dir, SUMMARY_NAME), summary.to_dict())
 
 
 def write_run_args(parsed: ParsedArgs, output_dir: str) -> None:

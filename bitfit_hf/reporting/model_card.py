@@ -24,13 +24,23 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from bitfit_hf.adapters.base_checkpoint import checkpoint_files, match_key, read_checkpoint_biases, tensor_sizes
-from bitfit_hf.adapters.config import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, AdapterConfig
-from bitfit_hf.reporting.heatmap import BIAS_CHANGE_JSON, BIAS_CHANGE_PNG, BiasChange, classify
-from bitfit_hf.tuners.roles import ALL_ROLES
+from bitfit_hf.adapters.config import AdapterConfig
+from bitfit_hf.reporting.heatmap import BiasChange, classify
+from bitfit_hf.tuners.bitfit.summary import TrainableSummary
+from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
+from bitfit_hf.utils.constants import (
+    BIAS_CHANGE_JSON,
+    BIAS_CHANGE_PNG,
+    CONFIG_NAME,
+    DEFAULT_MODEL_ID,
+    README_NAME,
+    SUMMARY_NAME,
+    WEIGHTS_NAME,
+)
+from bitfit_hf.utils.names import is_under
 
 logger = logging.getLogger(__name__)
 
-README_NAME = "README.md"
 TEMPLATE_NAME = "bitfit_adapter.md"
 EVAL_RESULTS_FILES = ("all_results.json", "eval_results.json", "test_results.json")
 
@@ -116,7 +126,7 @@ def _known_local_bases() -> Dict[str, str]:
     try:
         from bitfit_hf.data.assets import minilm_path
 
-        known[os.path.realpath(minilm_path())] = "sentence-transformers/all-MiniLM-L6-v2"
+        known[os.path.realpath(minilm_path())] = DEFAULT_MODEL_ID
     except Exception:  # noqa: BLE001 - the asset is optional
         pass
     return known
@@ -221,25 +231,14 @@ def summary_from_adapter(adapter, total_params: Optional[int] = None) -> dict:
         layers = per_layer.setdefault(role, {})
         layers[layer] = layers.get(layer, 0) + numel
     heads = cfg.head_modules
-    head = [n for n in cfg.trained_parameters if any(n == h or n.startswith(h + ".") for h in heads)]
+    head = [n for n in cfg.trained_parameters if is_under(n, heads)]
     if head:
         per_role["head"] = sum(adapter.tensors[n].numel() for n in head if n in adapter.tensors)
         tensors["head"] = len(head)
         per_layer["head"] = {"": per_role["head"]}
     if total_params is None:
         total_params = _base_total_params(adapter) or 0
-    bias = sum(v for k, v in per_role.items() if k != "head")
-    trainable = sum(per_role.values())
-    return {
-        "total_params": total_params,
-        "trainable_params": trainable,
-        "trainable_fraction": trainable / total_params if total_params else 0.0,
-        "bias_params": bias,
-        "bias_fraction": bias / total_params if total_params else 0.0,
-        "per_role": per_role,
-        "tensors_per_role": tensors,
-        "per_role_layer": per_layer,
-    }
+    return TrainableSummary(total_params, per_role, tensors, per_layer).to_dict()
 
 
 def _base_total_params(adapter) -> Optional[int]:
@@ -288,7 +287,7 @@ def build_model_card(
     ``dataset``: Hub dataset id(s) for the ``datasets`` metadata; ``dataset_name``: a readable name
     for the model-index (default: the first dataset id, else ``"evaluation set"``).
     """
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+    from huggingface_hub import ModelCard
 
     cfg: AdapterConfig = adapter.config
     meta = dict(cfg.metadata or {})
@@ -300,69 +299,22 @@ def build_model_card(
     named = _as_list(dataset if dataset is not None else meta.get("dataset") or meta.get("datasets"))
     datasets = [d for d in named if _REPO_ID.fullmatch(d)]  # Hub dataset ids go to the metadata
     dataset_name = dataset_name or next((d for d in named if d not in datasets), None)
-    license = license or meta.get("license") or ("apache-2.0" if base_id == "sentence-transformers/all-MiniLM-L6-v2" else None)
+    license = license or meta.get("license") or ("apache-2.0" if base_id == DEFAULT_MODEL_ID else None)
     language = language if language is not None else meta.get("language")
     if eval_results is None:
         eval_results = meta.get("eval_results")
 
-    # metadata
-    all_tags = ["bitfit", "bias-only-fine-tuning", "parameter-efficient-fine-tuning"]
-    for tag in [cfg.model_type, pipeline_tag, *_as_list(tags)]:
-        if tag and tag not in all_tags:
-            all_tags.append(tag)
-    model_index: List[Any] = []
-    rows = []
-    if isinstance(eval_results, list) and all(isinstance(r, EvalResult) for r in eval_results):
-        model_index = list(eval_results)
-        rows = [(r.dataset_split or "", r.metric_name or r.metric_type, float(r.metric_value)) for r in eval_results]
-    elif eval_results:
-        rows = eval_rows(eval_results)
-        shown_dataset = dataset_name or (datasets[0] if datasets else "evaluation set")
-        for split, metric, value in rows:
-            if metric == "loss" or split == "train" or split.endswith(BEFORE_TRAINING):
-                continue
-            model_index.append(
-                EvalResult(
-                    task_type=pipeline_tag or (cfg.task_type or "other").lower().replace("_", "-"),
-                    task_name=_TASK_WORDS.get(cfg.task_type or "", None),
-                    dataset_type=datasets[0] if datasets else "custom",
-                    dataset_name=shown_dataset,
-                    dataset_config=dataset_config,
-                    dataset_split=split,
-                    metric_type=metric,
-                    metric_name=metric.replace("_", " ").title() if metric.islower() else metric,
-                    metric_value=_plain(value),
-                )
-            )
-    extra = {"base_model_relation": "adapter"} if base_id else {}
-    card_data = ModelCardData(
-        base_model=base_id,
-        library_name="bitfit-hf",
-        tags=all_tags,
-        datasets=datasets or None,
-        license=license,
-        language=language,
-        pipeline_tag=pipeline_tag,
-        model_name=title if model_index else None,
-        eval_results=model_index or None,
-        **extra,
-    )
+    model_index, rows = _model_index(cfg, eval_results, pipeline_tag, datasets, dataset_name, dataset_config)
+    card_data = _card_data(cfg, base_id, pipeline_tag, tags, datasets, license, language,
+                           title if model_index else None, model_index)
 
     # body
     summary = dict(summary) if summary else summary_from_adapter(adapter)
     total = int(summary.get("total_params") or 0)
     per_role = dict(summary.get("per_role") or {})
-    tensors = dict(summary.get("tensors_per_role") or {})
     head_params = int(per_role.get("head", 0)) if cfg.train_head else 0
     bias_params = int(summary.get("bias_params", sum(v for k, v in per_role.items() if k != "head")))
-    summary_rows = []
-    for role in sorted(per_role, key=_role_rank):
-        what = ALL_ROLES.get(role) or {"head": "task head (" + ", ".join(f"`{m}`" for m in cfg.head_modules) + ")",
-                                       "bias": "other bias", "pattern": "selected by a pattern"}.get(role, role)
-        summary_rows.append({
-            "role": role, "what": what, "tensors": tensors.get(role, ""), "params": int(per_role[role]),
-            "percent": f"{100 * per_role[role] / total:.4f}%" if total else "",
-        })
+    summary_rows = _summary_rows(cfg, summary)
     if isinstance(bias_change, Mapping):
         bias_change = BiasChange.from_dict(bias_change)
     base_for_snippet = base_id or cfg.base_model_name_or_path or "BASE-MODEL-ID"
@@ -397,6 +349,76 @@ def build_model_card(
     card = ModelCard.from_template(card_data, template_path=template_path(), **template_kwargs)
     card.text = re.sub(r"\n{3,}", "\n\n", card.text).strip() + "\n"
     return ModelCard(str(card))
+
+
+def _model_index(cfg: AdapterConfig, eval_results, pipeline_tag, datasets: List[str], dataset_name, dataset_config):
+    """The card's ``model-index`` entries and the (split, metric, value) rows of its results table."""
+    from huggingface_hub import EvalResult
+
+    if isinstance(eval_results, list) and all(isinstance(r, EvalResult) for r in eval_results):
+        rows = [(r.dataset_split or "", r.metric_name or r.metric_type, float(r.metric_value)) for r in eval_results]
+        return list(eval_results), rows
+    if not eval_results:
+        return [], []
+    rows = eval_rows(eval_results)
+    shown_dataset = dataset_name or (datasets[0] if datasets else "evaluation set")
+    model_index: List[Any] = []
+    for split, metric, value in rows:
+        if metric == "loss" or split == "train" or split.endswith(BEFORE_TRAINING):
+            continue
+        model_index.append(
+            EvalResult(
+                task_type=pipeline_tag or (cfg.task_type or "other").lower().replace("_", "-"),
+                task_name=_TASK_WORDS.get(cfg.task_type or "", None),
+                dataset_type=datasets[0] if datasets else "custom",
+                dataset_name=shown_dataset,
+                dataset_config=dataset_config,
+                dataset_split=split,
+                metric_type=metric,
+                metric_name=metric.replace("_", " ").title() if metric.islower() else metric,
+                metric_value=_plain(value),
+            )
+        )
+    return model_index, rows
+
+
+def _card_data(cfg: AdapterConfig, base_id, pipeline_tag, tags, datasets, license, language, model_name, model_index):
+    """The card's YAML metadata."""
+    from huggingface_hub import ModelCardData
+
+    all_tags = ["bitfit", "bias-only-fine-tuning", "parameter-efficient-fine-tuning"]
+    for tag in [cfg.model_type, pipeline_tag, *_as_list(tags)]:
+        if tag and tag not in all_tags:
+            all_tags.append(tag)
+    extra = {"base_model_relation": "adapter"} if base_id else {}
+    return ModelCardData(
+        base_model=base_id,
+        library_name="bitfit-hf",
+        tags=all_tags,
+        datasets=datasets or None,
+        license=license,
+        language=language,
+        pipeline_tag=pipeline_tag,
+        model_name=model_name,
+        eval_results=model_index or None,
+        **extra,
+    )
+
+
+def _summary_rows(cfg: AdapterConfig, summary: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """One row per trained role for the card's "what is trained" table."""
+    total = int(summary.get("total_params") or 0)
+    per_role = dict(summary.get("per_role") or {})
+    tensors = dict(summary.get("tensors_per_role") or {})
+    rows = []
+    for role in sorted(per_role, key=role_rank):
+        what = ALL_ROLES.get(role) or {"head": "task head (" + ", ".join(f"`{m}`" for m in cfg.head_modules) + ")",
+                                       "bias": "other bias", "pattern": "selected by a pattern"}.get(role, role)
+        rows.append({
+            "role": role, "what": what, "tensors": tensors.get(role, ""), "params": int(per_role[role]),
+            "percent": f"{100 * per_role[role] / total:.4f}%" if total else "",
+        })
+    return rows
 
 
 def write_model_card_files(
@@ -595,10 +617,6 @@ def _plot_title(cfg: AdapterConfig, repo_id: Optional[str]) -> str:
     name = (repo_id or "").split("/")[-1] or cfg.architecture
     return f"{name}: bias change per layer, (1/dim)·‖b0 − bF‖₁"
 
-
-def _role_rank(role: str) -> int:
-    order = list(ALL_ROLES) + ["bias", "pattern", "weight", "head"]
-    return order.index(role) if role in order else len(order)
 
 
 def _as_list(value) -> List[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 # Roles of the paper (Table 1 / Figure 1 of Ben Zaken et al.), plus the biases outside the layers.
 PAPER_ROLES: Dict[str, str] = {
@@ -307,6 +307,25 @@ def roles_for(model_type: str) -> Dict[str, List[RoleRule]]:
             f"Known: {', '.join(sorted(ARCHITECTURE_ROLES))}. Use bias_terms='all' (every bias parameter) "
             "or `patterns=[...]` (regular expressions over parameter names) instead."
         ) from None
+
+
+ROLE_KINDS = ("bias", "pattern", "weight", "head")
+"""What a trained tensor can be besides a paper role, in display order after the roles."""
+
+
+def role_rank(role: str) -> int:
+    """Display order: the paper's roles, then other biases, patterns, weights and the head."""
+    order = list(ALL_ROLES) + list(ROLE_KINDS)
+    return order.index(role) if role in order else len(order)
+
+
+def module_roles(table: Dict[str, List[RoleRule]], module_name: str, roles: Optional[Iterable[str]] = None):
+    """``(role, rule, layer)`` for every rule of ``table`` (limited to ``roles``) covering ``module_name``."""
+    for role in (table if roles is None else roles):
+        for rule in table.get(role, ()):
+            layer = match_role(rule, module_name)
+            if layer is not None:
+                yield role, rule, layer
 
 
 def match_role(rule: RoleRule, module_name: str) -> Optional[str]:

@@ -12,6 +12,7 @@ from bitfit_hf.tuners.bitfit.layer import add_zero_biases
 from bitfit_hf.tuners.bitfit.selection import Selection, resolve
 from bitfit_hf.tuners.bitfit.summary import TrainableSummary
 from bitfit_hf.utils.fingerprint import base_fingerprint
+from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_shape
 
 _STATE_ATTR = "_bitfit_state"
@@ -104,5 +105,5 @@ def adapter_parameter_names(model: nn.Module, state: BitFitState) -> List[str]:
     """Trained tensors plus the whole head: the head travels with the adapter even when frozen,
     because a stock model's head is randomly initialised."""
     heads = state.selection.head_modules
-    head = [n for n, _ in unwrap(model).named_parameters() if any(n == h or n.startswith(h + ".") for h in heads)]
+    head = [n for n, _ in unwrap(model).named_parameters() if is_under(n, heads)]
     return list(dict.fromkeys(state.selection.parameter_names + head))

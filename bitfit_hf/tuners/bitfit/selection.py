@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from torch import nn
 
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.layer import bias_kind, has_bias
-from bitfit_hf.tuners.roles import ALL_ROLES, ARCHITECTURE_ROLES, PRESETS, match_role, roles_for
+from bitfit_hf.tuners.roles import ALL_ROLES, ARCHITECTURE_ROLES, PRESETS, module_roles, roles_for
+from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_numel, full_shape
 
 HEAD = "head"
@@ -97,10 +98,6 @@ def detect_head_modules(model: nn.Module) -> List[str]:
     return heads
 
 
-def _under(name: str, modules: Iterable[str]) -> bool:
-    return any(name == m or name.startswith(m + ".") for m in modules)
-
-
 def _bias_names(params: Dict[str, nn.Parameter]) -> List[str]:
     return [n for n in params if n.rsplit(".", 1)[-1] == "bias"]
 
@@ -115,118 +112,141 @@ def _nothing_selected(what: str, model_type: str, params: Dict[str, nn.Parameter
     )
 
 
-def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selection:
-    """Work out exactly which tensors ``config`` trains on ``model``."""
-    config = config or BitFitConfig()
-    model_type = getattr(getattr(model, "config", None), "model_type", "") or ""
-    modules = dict(model.named_modules())
-    params = dict(model.named_parameters())
-    head_modules = list(config.head_modules) if config.head_modules is not None else detect_head_modules(model)
-    missing_heads = [m for m in head_modules if m not in modules]
-    if missing_heads:
-        raise ValueError(f"head_modules {missing_heads} are not modules of this model.")
-    head_params = [n for n in params if _under(n, head_modules)]
+class _Plan:
+    """The selection being built: entries in order, the names covered, the biases to add."""
 
-    entries: List[TrainedTensor] = []
-    covered: Dict[str, None] = {}
-    to_add: Dict[str, str] = {}
+    def __init__(self, config: BitFitConfig, model: nn.Module):
+        self.config = config
+        self.model_type = getattr(getattr(model, "config", None), "model_type", "") or ""
+        self.modules = dict(model.named_modules())
+        self.params = dict(model.named_parameters())
+        heads = list(config.head_modules) if config.head_modules is not None else detect_head_modules(model)
+        missing = [m for m in heads if m not in self.modules]
+        if missing:
+            raise ValueError(f"head_modules {missing} are not modules of this model.")
+        self.head_modules = heads
+        self.entries: List[TrainedTensor] = []
+        self.covered: Dict[str, None] = {}
+        self.to_add: Dict[str, str] = {}
 
-    def take(name: str, role: str, layer: str = "", chunk=None, added=False, numel=None) -> None:
+    def take(self, name: str, role: str, layer: str = "", chunk=None, added=False, numel=None) -> None:
         if numel is None:
-            numel = full_numel(params[name]) if name in params else 0
+            numel = full_numel(self.params[name]) if name in self.params else 0
             if chunk is not None:
                 numel //= chunk[1]
-        entries.append(TrainedTensor(name, role, layer, numel, chunk, added))
-        covered[name] = None
+        self.entries.append(TrainedTensor(name, role, layer, numel, chunk, added))
+        self.covered[name] = None
 
-    preset = config.preset
-    if preset == "full":
-        for name, param in params.items():
-            if _under(name, head_modules):
-                if config.train_head:
-                    take(name, HEAD)
-            else:
-                take(name, OTHER_BIAS if name.endswith(".bias") else WEIGHT)
-        return Selection(config, model_type, entries, {}, head_modules, sum(full_numel(p) for p in params.values()))
+    def nothing_selected(self, what: str, hint: str = "") -> ValueError:
+        return _nothing_selected(what, self.model_type, self.params, hint)
 
+    def selection(self) -> Selection:
+        total = sum(full_numel(p) for p in self.params.values())
+        return Selection(self.config, self.model_type, self.entries, self.to_add, self.head_modules, total)
+
+
+def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selection:
+    """Work out exactly which tensors ``config`` trains on ``model``."""
+    plan = _Plan(config or BitFitConfig(), model)
+    if plan.config.preset == "full":
+        _select_everything(plan)
+        return plan.selection()
+    _select_roles(plan, _wanted_roles(plan))
+    if plan.config.preset == "all":
+        _select_unnamed_biases(plan)
+    _select_patterns(plan)
+    if plan.config.train_head:
+        for name in plan.params:
+            if is_under(name, plan.head_modules) and name not in plan.covered:
+                plan.take(name, HEAD)
+    return plan.selection()
+
+
+def _wanted_roles(plan: _Plan) -> List[str]:
+    preset = plan.config.preset
     if preset == "all":
-        wanted_roles = list(roles_for(model_type)) if model_type in ARCHITECTURE_ROLES else []
-    elif preset is not None:  # "frozen" and "paper-subset"
-        wanted_roles = list(PRESETS[preset])
-    else:
-        wanted_roles = list(config.bias_terms)
+        return list(roles_for(plan.model_type)) if plan.model_type in ARCHITECTURE_ROLES else []
+    if preset is not None:  # "frozen" and "paper-subset"
+        return list(PRESETS[preset])
+    return list(plan.config.bias_terms)
 
-    if wanted_roles:
-        table = roles_for(model_type)
-        for role in wanted_roles:
-            if role not in table:
-                if preset == "all":
-                    continue
-                raise _nothing_selected(
-                    f"Role {role!r}",
-                    model_type,
-                    params,
-                    f"This architecture has the roles: {', '.join(table)}.",
-                )
-            matched_any = False
-            missing: List[str] = []
-            for module_name, module in modules.items():
-                if _under(module_name, head_modules):
-                    continue
-                for rule in table[role]:
-                    layer = match_role(rule, module_name)
-                    if layer is None:
-                        continue
-                    matched_any = True
-                    bias_name = f"{module_name}.bias"
-                    if has_bias(module):
-                        take(bias_name, role, layer, rule.chunk)
-                    elif config.add_missing_biases:
-                        kind = to_add.get(module_name) or bias_kind(module)
-                        to_add[module_name] = kind
-                        size = module.out_features if isinstance(module, nn.Linear) else full_shape(module.weight)[0]
-                        take(bias_name, role, layer, rule.chunk, added=True, numel=size)
-                    else:
-                        missing.append(module_name)
-            if not matched_any and preset != "all":
-                raise _nothing_selected(f"Role {role!r}", model_type, params)
-            if missing and preset != "all":
-                raise ValueError(
-                    f"Role {role!r} names {len(missing)} module(s) without a bias in this {model_type} model "
-                    f"(e.g. {missing[0]}). Set add_missing_biases=True (--add_missing_biases) to add "
-                    "zero-initialised biases there; the model's outputs stay unchanged until training."
-                )
 
-    if preset == "all":
-        for name in _bias_names(params):
-            if name not in covered and not _under(name, head_modules):
-                take(name, OTHER_BIAS)
-        if not entries:
-            raise _nothing_selected(
-                "bias_terms='all'",
-                model_type,
-                params,
-                "This model has no bias terms: set add_missing_biases=True to add zero-initialised ones"
-                + (" to every role's module." if model_type in ARCHITECTURE_ROLES else " (needs a known architecture)."),
+def _select_everything(plan: _Plan) -> None:
+    """``full``: every parameter (the full fine-tuning baseline)."""
+    for name in plan.params:
+        if is_under(name, plan.head_modules):
+            if plan.config.train_head:
+                plan.take(name, HEAD)
+        else:
+            plan.take(name, OTHER_BIAS if name.endswith(".bias") else WEIGHT)
+
+
+def _select_roles(plan: _Plan, roles: List[str]) -> None:
+    """The biases of the named roles; under ``all``, roles the architecture lacks are skipped silently."""
+    if not roles:
+        return
+    lenient = plan.config.preset == "all"
+    table = roles_for(plan.model_type)
+    absent = [role for role in roles if role not in table]
+    if absent and not lenient:
+        raise plan.nothing_selected(f"Role {absent[0]!r}", f"This architecture has the roles: {', '.join(table)}.")
+    matched: Dict[str, List[str]] = {role: [] for role in roles}
+    missing: Dict[str, List[str]] = {role: [] for role in roles}
+    body = {name: module for name, module in plan.modules.items() if not is_under(name, plan.head_modules)}
+    for role in (r for r in roles if r in table):  # role-major: the order adapters record their tensors in
+        for module_name, module in body.items():
+            for _, rule, layer in module_roles(table, module_name, [role]):
+                matched[role].append(module_name)
+                _take_bias(plan, module_name, module, role, layer, rule.chunk, missing[role])
+    if lenient:
+        return
+    for role in roles:
+        if not matched[role]:
+            raise plan.nothing_selected(f"Role {role!r}")
+        if missing[role]:
+            raise ValueError(
+                f"Role {role!r} names {len(missing[role])} module(s) without a bias in this {plan.model_type} model "
+                f"(e.g. {missing[role][0]}). Set add_missing_biases=True (--add_missing_biases) to add "
+                "zero-initialised biases there; the model's outputs stay unchanged until training."
             )
 
-    for pattern in config.patterns:
+
+def _take_bias(plan: _Plan, module_name: str, module: nn.Module, role: str, layer: str, chunk, missing: List[str]) -> None:
+    """The module's bias, or a bias to add (``add_missing_biases``), or a note that it has none."""
+    bias_name = f"{module_name}.bias"
+    if has_bias(module):
+        plan.take(bias_name, role, layer, chunk)
+    elif plan.config.add_missing_biases:
+        plan.to_add[module_name] = plan.to_add.get(module_name) or bias_kind(module)
+        size = module.out_features if isinstance(module, nn.Linear) else full_shape(module.weight)[0]
+        plan.take(bias_name, role, layer, chunk, added=True, numel=size)
+    else:
+        missing.append(module_name)
+
+
+def _select_unnamed_biases(plan: _Plan) -> None:
+    """``all``: biases no role names too (ELECTRA's embeddings projection, ...); an error if none at all."""
+    for name in _bias_names(plan.params):
+        if name not in plan.covered and not is_under(name, plan.head_modules):
+            plan.take(name, OTHER_BIAS)
+    if not plan.entries:
+        known = plan.model_type in ARCHITECTURE_ROLES
+        raise plan.nothing_selected(
+            "bias_terms='all'",
+            "This model has no bias terms: set add_missing_biases=True to add zero-initialised ones"
+            + (" to every role's module." if known else " (needs a known architecture)."),
+        )
+
+
+def _select_patterns(plan: _Plan) -> None:
+    for pattern in plan.config.patterns:
         try:
             compiled = re.compile(pattern)
         except re.error as err:
             raise ValueError(f"Invalid regular expression in patterns: {pattern!r} ({err}).") from None
-        hits = [n for n in params if compiled.fullmatch(n)]
+        hits = [n for n in plan.params if compiled.fullmatch(n)]
         if not hits:
-            raise _nothing_selected(f"Pattern {pattern!r}", model_type, params, "Patterns must match whole names.")
+            raise plan.nothing_selected(f"Pattern {pattern!r}", "Patterns must match whole names.")
         for name in hits:
-            if name not in covered:
-                take(name, PATTERN)
-
-    if config.train_head:
-        for name in head_params:
-            if name not in covered:
-                take(name, HEAD)
-
-    total = sum(full_numel(p) for p in params.values())
-    return Selection(config, model_type, entries, to_add, head_modules, total)
-
+            if name not in plan.covered:
+                plan.take(name, PATTERN)

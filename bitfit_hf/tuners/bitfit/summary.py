@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Dict, List
 
 from bitfit_hf.tuners.bitfit.selection import HEAD, Selection
-from bitfit_hf.tuners.roles import ALL_ROLES
+from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
 
 
 @dataclass
@@ -68,7 +68,7 @@ class TrainableSummary:
 
     def __str__(self) -> str:
         lines = [f"{'role':<12} {'tensors':>8} {'params':>12} {'% of model':>11}  what"]
-        for role in sorted(self.per_role, key=_role_order):
+        for role in sorted(self.per_role, key=role_rank):
             what = ALL_ROLES.get(role, {"head": "task head", "bias": "other bias", "pattern": "user pattern",
                                         "weight": "weight (full fine-tuning)"}.get(role, ""))
             lines.append(
@@ -82,14 +82,9 @@ class TrainableSummary:
         )
         layers = self.layers()
         if layers and len(layers) <= 48:
-            roles = [r for r in sorted(self.per_role_layer, key=_role_order) if any(self.per_role_layer[r].get(l) for l in layers)]
+            roles = [r for r in sorted(self.per_role_layer, key=role_rank) if any(self.per_role_layer[r].get(l) for l in layers)]
             lines.append("")
             lines.append("per layer: " + " ".join(f"{r:>8}" for r in roles))
             for layer in layers:
                 lines.append(f"{layer:>10} " + " ".join(f"{self.per_role_layer[r].get(layer, 0):>8}" for r in roles))
         return "\n".join(lines)
-
-
-def _role_order(role: str):
-    order = list(ALL_ROLES) + ["bias", "pattern", "weight", "head"]
-    return order.index(role) if role in order else len(order)
