@@ -116,7 +116,7 @@ def _known_local_bases() -> Dict[str, str]:
     try:
         from bitfit_hf.data.assets import minilm_path
 
-        known[os.path.realpath(minilm_path())] = "sentence-transformers/all-MiniLM-L6-v2"
+        known[os.path.realpath(minilm_path(fetch=False))] = "sentence-transformers/all-MiniLM-L6-v2"
     except Exception:  # noqa: BLE001 - the asset is optional
         pass
     return known
