@@ -50,8 +50,10 @@ help:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# PIP_RETRIES=1: where the PyTorch index cannot be reached, pip falls back to the other indexes at once
+# instead of retrying it five times for torch and each of its dependencies.
 $(STAMP_TORCH): | $(BIN)/python
-	$(PIP) install $(TORCH_SPEC)
+	PIP_RETRIES=1 $(PIP) install $(TORCH_SPEC)
 	touch $@
 
 $(STAMP_DEMO): pyproject.toml constraints-cpu.txt $(STAMP_TORCH)

