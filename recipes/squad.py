@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, default_data_collator
 
-from bitfit_hf.metrics.squad import squad_v1_compute
+from bitfit_hf.metrics.loading import load_metric
 from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
@@ -124,7 +124,7 @@ def main(argv=None):
             return {}  # unlabelled test questions: predictions only
         references = [{"id": str(ex[qid]), "answers": ex[answers]} for ex in stage_examples]
         predictions = [{"id": key, "prediction_text": text} for key, text in found.items()]
-        return squad_v1_compute(predictions=predictions, references=references)
+        return load_metric("squad").compute(predictions=predictions, references=references)  # packaged `evaluate` module
 
     # 5. A BitFitTrainer whose evaluate() turns window logits into answers and scores them.
     trainer = QuestionAnsweringTrainer(

@@ -34,6 +34,7 @@ __all__ = [
     "start_run",
     "setup_logging",
     "log_run_header",
+    "fetch_default_assets",
     "resolve_model_source",
     "check_model_head",
     "load_config",
@@ -116,6 +117,7 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread
     log_run_header(parsed, defaults.recipe)
     bitfit_config = parsed.bitfit.bitfit_config()
+    fetch_default_assets(parsed)
     set_seed(parsed.training.seed)
     return parsed, bitfit_config
 
@@ -123,16 +125,33 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
 # --------------------------------------------------------------------------- model
 
 
+def fetch_default_assets(parsed: ParsedArgs) -> None:
+    """Before anything is loaded, make sure the default model (no ``--model_name_or_path``) and the
+    offline dataset this run uses are at hand: fetched on first use, like Hub downloads, by the main
+    process of each node while the others wait. Offline (``BITFIT_HF_OFFLINE=1`` or
+    ``HF_HUB_OFFLINE=1``) a missing one stops the run with the one command that fetches it."""
+    from bitfit_hf.data.assets import ASSETS, ensure_assets
+
+    names = []
+    if parsed.model.model_name_or_path is None:
+        names.append("minilm")
+    if parsed.data.dataset_name in ASSETS:
+        names.append(parsed.data.dataset_name)
+    if names:
+        with parsed.training.main_process_first(desc="fetching the default model and data"):
+            ensure_assets(names)
+
+
 def resolve_model_source(model_args) -> str:
     """Where to load the model from; also settles ``model_args.base_model_name_or_path`` (recorded in
     the adapter). No ``--model_name_or_path`` (or the default's Hub id) loads all-MiniLM-L6-v2 from
-    the installed wheel and records its Hub id, never the local folder."""
+    its wheel (installed, or extracted into the cache) and records its Hub id, never the local folder."""
     from bitfit_hf.data.assets import AssetNotFoundError, minilm_path
 
     name = model_args.model_name_or_path
     wheel = None
     try:
-        wheel = minilm_path()
+        wheel = minilm_path(fetch=False)  # fetch_default_assets fetched it when it is the default
     except AssetNotFoundError:
         if name is None:
             raise

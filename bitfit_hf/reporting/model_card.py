@@ -126,7 +126,7 @@ def _known_local_bases() -> Dict[str, str]:
     try:
         from bitfit_hf.data.assets import minilm_path
 
-        known[os.path.realpath(minilm_path())] = DEFAULT_MODEL_ID
+        known[os.path.realpath(minilm_path(fetch=False))] = DEFAULT_MODEL_ID
     except Exception:  # noqa: BLE001 - the asset is optional
         pass
     return known
