@@ -25,7 +25,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from bitfit_hf.adapters.base_checkpoint import checkpoint_files, match_key, read_checkpoint_biases, tensor_sizes
 from bitfit_hf.adapters.config import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, AdapterConfig
+from bitfit_hf.adapters.sparse import tensor_names
 from bitfit_hf.reporting.heatmap import BIAS_CHANGE_JSON, BIAS_CHANGE_PNG, BiasChange, classify
+from bitfit_hf.tuners.random_subset.model import RANDOM
 from bitfit_hf.tuners.roles import ALL_ROLES
 
 logger = logging.getLogger(__name__)
@@ -220,6 +222,10 @@ def summary_from_adapter(adapter, total_params: Optional[int] = None) -> dict:
         tensors[role] = tensors.get(role, 0) + 1
         layers = per_layer.setdefault(role, {})
         layers[layer] = layers.get(layer, 0) + numel
+    for name in cfg.sparse_parameters:  # weights trained in some entries (random baselines): count those
+        numel = adapter.tensors[tensor_names(name)[0]].numel()
+        per_role[RANDOM] = per_role.get(RANDOM, 0) + numel
+        tensors[RANDOM] = tensors.get(RANDOM, 0) + 1
     heads = cfg.head_modules
     head = [n for n in cfg.trained_parameters if any(n == h or n.startswith(h + ".") for h in heads)]
     if head:

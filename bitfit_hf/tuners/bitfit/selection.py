@@ -15,13 +15,24 @@ from torch import nn
 
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.layer import bias_kind, has_bias
-from bitfit_hf.tuners.roles import ALL_ROLES, ARCHITECTURE_ROLES, PRESETS, match_role, roles_for
+from bitfit_hf.tuners.roles import (
+    ALL_ROLES,
+    ARCHITECTURE_ROLES,
+    GAIN_ROLES,
+    PRESETS,
+    match_role,
+    parameter_of,
+    roles_for,
+    rules_of,
+)
 from bitfit_hf.utils.zero import full_numel, full_shape
 
 HEAD = "head"
 OTHER_BIAS = "bias"  # a bias parameter that no role names (e.g. ELECTRA's embeddings projection)
 PATTERN = "pattern"
 WEIGHT = "weight"  # full fine-tuning: a non-bias parameter
+GAIN = "gain"  # a norm gain that no gain role names (e.g. Qwen3's per-head q_norm / k_norm)
+EMBEDDING_ROLES = ("b_emb_LN", "g_emb_LN")  # below the first layer: the deepest for layer-wise rates
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,7 @@ class Selection:
     biases_to_add: Dict[str, str] = field(default_factory=dict)  # module name -> "native" | "hook"
     head_modules: List[str] = field(default_factory=list)
     total_params: int = 0  # parameters of the model before any bias is added
+    layer_counts: Dict[str, int] = field(default_factory=dict)  # stack ("" or "encoder"/"decoder") -> layers
 
     @property
     def parameter_names(self) -> List[str]:
@@ -74,6 +86,48 @@ class Selection:
             for name, parts in chunks.items()
             if None not in parts and len(set(parts)) < parts[0][1]
         }
+
+
+def layer_depths(selection: Selection) -> Dict[str, int]:
+    """How many layers below the top each trained tensor sits (0: the top layer, the head, the pooler
+    and final norms; ``L`` for the embeddings' norm of an ``L``-layer stack). Layer-wise learning rates
+    scale a tensor's rate by ``decay ** depth``; tensors outside every layer that are not embeddings get 0."""
+    counts = selection.layer_counts
+    deepest = max(counts.values(), default=0)
+    depths: Dict[str, int] = {}
+    for entry in selection.entries:
+        stack, _, index = entry.layer.rpartition(".")
+        if index.isdigit() and stack in counts:
+            depth = counts[stack] - 1 - int(index)
+        elif entry.role in EMBEDDING_ROLES:
+            depth = deepest
+        else:
+            depth = 0
+        depths[entry.name] = max(depths.get(entry.name, 0), depth)
+    return depths
+
+
+def count_layers(model_type: str, module_names: Iterable[str]) -> Dict[str, int]:
+    """Layers per stack of a known architecture, from the module names its role rules match."""
+    if model_type not in ARCHITECTURE_ROLES:
+        return {}
+    counts: Dict[str, int] = {}
+    rules = [rule for role_rules in roles_for(model_type).values() for rule in role_rules]
+    for name in module_names:
+        for rule in rules:
+            layer = match_role(rule, name)
+            if layer:
+                stack, _, index = layer.rpartition(".")
+                counts[stack] = max(counts.get(stack, 0), int(index) + 1)
+                break
+    return counts
+
+
+def is_norm(module: nn.Module) -> bool:
+    """A LayerNorm / RMSNorm-style module with a 1-D gain (``weight``)."""
+    weight = getattr(module, "weight", None)
+    return (isinstance(module, nn.LayerNorm) or "norm" in type(module).__name__.lower()) and (
+        isinstance(weight, nn.Parameter) and weight.dim() == 1)
 
 
 def detect_head_modules(model: nn.Module) -> List[str]:
@@ -149,8 +203,10 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
                 take(name, OTHER_BIAS if name.endswith(".bias") else WEIGHT)
         return Selection(config, model_type, entries, {}, head_modules, sum(full_numel(p) for p in params.values()))
 
-    if preset == "all":
+    if preset in ("all", "one-d"):
         wanted_roles = list(roles_for(model_type)) if model_type in ARCHITECTURE_ROLES else []
+        if preset == "one-d":
+            wanted_roles += list(GAIN_ROLES)
     elif preset is not None:  # "frozen" and "paper-subset"
         wanted_roles = list(PRESETS[preset])
     else:
@@ -159,8 +215,9 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
     if wanted_roles:
         table = roles_for(model_type)
         for role in wanted_roles:
-            if role not in table:
-                if preset == "all":
+            rules = rules_of(table, role)
+            if rules is None:
+                if preset in ("all", "one-d"):
                     continue
                 raise _nothing_selected(
                     f"Role {role!r}",
@@ -173,11 +230,17 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
             for module_name, module in modules.items():
                 if _under(module_name, head_modules):
                     continue
-                for rule in table[role]:
+                for rule in rules:
                     layer = match_role(rule, module_name)
                     if layer is None:
                         continue
                     matched_any = True
+                    if parameter_of(role) == "weight":  # a norm gain: never added, skipped where absent
+                        if is_norm(module):
+                            take(f"{module_name}.weight", role, layer)
+                        elif preset is None:
+                            raise ValueError(f"Role {role!r} names {module_name}, which has no 1-D gain (weight).")
+                        continue
                     bias_name = f"{module_name}.bias"
                     if has_bias(module):
                         take(bias_name, role, layer, rule.chunk)
@@ -188,22 +251,27 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
                         take(bias_name, role, layer, rule.chunk, added=True, numel=size)
                     else:
                         missing.append(module_name)
-            if not matched_any and preset != "all":
+            if not matched_any and preset not in ("all", "one-d"):
                 raise _nothing_selected(f"Role {role!r}", model_type, params)
-            if missing and preset != "all":
+            if missing and preset not in ("all", "one-d"):
                 raise ValueError(
                     f"Role {role!r} names {len(missing)} module(s) without a bias in this {model_type} model "
                     f"(e.g. {missing[0]}). Set add_missing_biases=True (--add_missing_biases) to add "
                     "zero-initialised biases there; the model's outputs stay unchanged until training."
                 )
 
-    if preset == "all":
+    if preset in ("all", "one-d"):
         for name in _bias_names(params):
             if name not in covered and not _under(name, head_modules):
                 take(name, OTHER_BIAS)
+        if preset == "one-d":
+            for module_name, module in modules.items():
+                gain = f"{module_name}.weight"
+                if is_norm(module) and gain in params and gain not in covered and not _under(module_name, head_modules):
+                    take(gain, GAIN)
         if not entries:
             raise _nothing_selected(
-                "bias_terms='all'",
+                f"bias_terms={preset!r}",
                 model_type,
                 params,
                 "This model has no bias terms: set add_missing_biases=True to add zero-initialised ones"
@@ -228,5 +296,5 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
                 take(name, HEAD)
 
     total = sum(full_numel(p) for p in params.values())
-    return Selection(config, model_type, entries, to_add, head_modules, total)
+    return Selection(config, model_type, entries, to_add, head_modules, total, count_layers(model_type, modules))
 
