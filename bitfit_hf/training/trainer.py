@@ -120,7 +120,9 @@ class BitFitTrainerBase(Trainer):
 
     def create_optimizer(self, model=None):
         optimizer = self._create_bitfit_optimizer(model)
-        if not is_deepspeed_dummy_optimizer(optimizer):  # methods that train some entries of a tensor
+        # Methods that train some entries of a tensor; DeepSpeed steps flat copies instead (there the
+        # gradient masks and zero-decay groups keep those entries).
+        if not self.is_deepspeed_enabled and not is_deepspeed_dummy_optimizer(optimizer):
             keep_untrained_entries(optimizer, self.model, self.bitfit_state)
         return optimizer
 
