@@ -297,3 +297,33 @@ def test_real_minilm_count_masks_and_round_trip(minilm_dir, tmp_path):
     BitFitAdapter.from_pretrained(str(tmp_path / "adapter")).apply_to(stock)
     with torch.no_grad():
         assert torch.equal(stock(**batch(model.config.vocab_size)).logits, expected)
+
+
+def test_merged_export_of_a_random_adapter(tmp_path):
+    """Merging needs no new place in the architecture: the trained entries live in existing matrices."""
+    from bitfit_hf import export_merged
+
+    model = tiny_model("gpt2")
+    state = apply_method(model, RandRowColConfig(random_seed=2))
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for name, indices in state.sparse_indices.items():
+            params[name].view(-1)[indices] *= 1.5
+        expected = model(**batch()).logits
+    BitFitAdapter.from_model(model).save_pretrained(str(tmp_path / "adapter"))
+    stock = tiny_model("gpt2")
+    BitFitAdapter.from_directory(str(tmp_path / "adapter")).apply_to(stock)
+    export_merged(stock, str(tmp_path / "merged"))
+    plain = T.AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "merged")).eval()
+    with torch.no_grad():
+        assert torch.equal(plain(**batch()).logits, expected)
+
+
+def test_model_card_describes_weight_entries_not_biases():
+    from bitfit_hf.reporting.model_card import build_model_card
+
+    model = tiny_model("bert")
+    state = apply_method(model, RandUniformConfig(random_seed=2))
+    text = str(build_model_card(BitFitAdapter.from_model(model)))
+    assert f"trains **{state.reference_count:,} weight entries**" in text
+    assert "A **rand_uniform** baseline adapter" in text and "bias parameters**" not in text
