@@ -327,3 +327,16 @@ def test_model_card_describes_weight_entries_not_biases():
     text = str(build_model_card(BitFitAdapter.from_model(model)))
     assert f"trains **{state.reference_count:,} weight entries**" in text
     assert "A **rand_uniform** baseline adapter" in text and "bias parameters**" not in text
+
+
+def test_layerwise_decay_reaches_the_random_entries():
+    from bitfit_hf.training.optim import parameter_groups
+
+    model = tiny_model("bert")
+    state = apply_method(model, RandUniformConfig(layerwise_lr_decay=0.5))
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups = parameter_groups(model, state, 1e-2, 0.1, [n for n, _ in model.named_parameters()])
+    rates = {names[id(p)]: (g["lr"], g["weight_decay"]) for g in groups for p in g["params"]}
+    assert rates["bert.encoder.layer.1.attention.self.query.weight"] == (pytest.approx(1e-2), 0.0)
+    assert rates["bert.encoder.layer.0.attention.self.query.weight"] == (pytest.approx(5e-3), 0.0)
+    assert rates["classifier.weight"] == (pytest.approx(1e-2), 0.1)  # the head decays as in Trainer

@@ -9,7 +9,14 @@ from torch import nn
 
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import BitFitState, get_bitfit_state, set_tuner_state
-from bitfit_hf.tuners.bitfit.selection import HEAD, Selection, TrainedTensor, detect_head_modules, resolve
+from bitfit_hf.tuners.bitfit.selection import (
+    HEAD,
+    Selection,
+    TrainedTensor,
+    count_layers,
+    detect_head_modules,
+    resolve,
+)
 from bitfit_hf.tuners.random_subset.config import RandomSubsetConfig
 from bitfit_hf.tuners.random_subset.draw import candidate_weights, draw_rows_cols, draw_uniform
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, match_role, roles_for
@@ -95,7 +102,8 @@ def apply_random_subset(model: nn.Module, config: Optional[RandomSubsetConfig] =
         entries += [TrainedTensor(n, HEAD, "", full_numel(p)) for n, p in params.items()
                     if any(n == h or n.startswith(h + ".") for h in head_modules)]
     total = sum(full_numel(p) for p in params.values())
-    selection = Selection(config, model_type, entries, {}, head_modules, total)
+    layers = count_layers(model_type, (name for name, _ in model.named_modules()))  # for layer-wise rates
+    selection = Selection(config, model_type, entries, {}, head_modules, total, layers)
     fingerprint = previous.fingerprint if previous is not None else None
     if fingerprint is None:
         fingerprint = base_fingerprint(model, exclude=set(selection.parameter_names), head_modules=head_modules)
