@@ -18,6 +18,7 @@ from typing import Dict, Optional, Union
 import torch
 from torch import nn
 
+from bitfit_hf.adapters import sparse as sparse_format
 from bitfit_hf.adapters.config import (
     AdapterConfig,
     AdapterError,
@@ -66,6 +67,9 @@ class BitFitAdapter:
             raise AdapterError("bias_terms='full' trains every weight: save the full model with save_pretrained().")
         inner = unwrap(model)
         tensors = tensors if tensors is not None else trainable_state_dict(inner)
+        sparse = getattr(state, "sparse_indices", None) or {}
+        tensors = sparse_format.pack(tensors, sparse)  # partially trained tensors: their entries only
+        floating = [t for t in tensors.values() if t.is_floating_point()]
         hf_config = getattr(inner, "config", None)
         architecture = type(inner).__name__
         id2label = getattr(hf_config, "id2label", None)
@@ -88,11 +92,12 @@ class BitFitAdapter:
             added_biases=dict(state.added_biases),
             method=cfg.method,
             method_config=method_fields(cfg),
+            sparse_parameters=[n for n in state.selection.parameter_names if n in sparse],
             num_labels=getattr(hf_config, "num_labels", None) if task_type_of(architecture) else None,
             id2label={str(k): v for k, v in id2label.items()} if id2label else None,
             label2id={str(k): int(v) for k, v in label2id.items()} if label2id else None,
             problem_type=getattr(hf_config, "problem_type", None),
-            dtype=str(next(iter(tensors.values())).dtype).replace("torch.", "") if tensors else "float32",
+            dtype=str(floating[0].dtype).replace("torch.", "") if floating else "float32",
             library_version=__version__,
             metadata=dict(metadata or {}),
         )
@@ -107,7 +112,7 @@ class BitFitAdapter:
         config = self.config
         if dtype is not None:
             dtype = _DTYPES[dtype] if isinstance(dtype, str) else dtype
-            tensors = {k: v.to(dtype) for k, v in tensors.items()}
+            tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
             config = AdapterConfig.from_dict({**config.to_dict(), "dtype": str(dtype).replace("torch.", "")})
         os.makedirs(save_directory, exist_ok=True)
         text = config.to_json()
@@ -213,10 +218,19 @@ class BitFitAdapter:
                 f"{getattr(inner.config, '_name_or_path', '?')!r} (fingerprint {state.fingerprint}): its frozen "
                 "weights differ. Load the adapter onto the base it was trained on (check the revision)."
             )
+        dense, sparse = sparse_format.split(self.tensors, cfg.sparse_parameters)
+        drawn = getattr(state, "sparse_indices", None)
+        if sparse and drawn is not None and (set(drawn) != set(sparse) or any(
+                not torch.equal(drawn[n].cpu(), sparse[n][0]) for n in sparse)):
+            logger.warning("The entries drawn on this machine differ from the adapter's recorded ones; "
+                           "training on from here uses the recorded ones.")
+            state.use_indices(inner, {n: indices for n, (indices, _) in sparse.items()})
         params = dict(inner.named_parameters())
         with torch.no_grad():
-            for name, tensor in self.tensors.items():
+            for name, tensor in dense.items():
                 params[name].copy_(tensor.to(params[name].device))
+            for name, (indices, values) in sparse.items():
+                sparse_format.scatter_(params[name], indices, values)
         if cfg.id2label:
             inner.config.id2label = {int(k): v for k, v in cfg.id2label.items()}
             inner.config.label2id = {k: int(v) for k, v in (cfg.label2id or {}).items()}
@@ -227,7 +241,20 @@ class BitFitAdapter:
     def _check_shapes_before_prepare(self, model: nn.Module) -> None:
         params = dict(model.named_parameters())
         added = {f"{m}.bias" for m in self.config.added_biases}
-        for name, tensor in self.tensors.items():
+        try:
+            dense, sparse = sparse_format.split(self.tensors, self.config.sparse_parameters)
+        except KeyError as err:
+            raise AdapterError(f"The adapter lists {err.args[0]!r} as a sparse tensor but does not hold it; it is damaged.") from None
+        for name, (indices, values) in sparse.items():
+            if name not in params:
+                raise AdapterError(
+                    f"The adapter trains entries of {name!r}, which this {type(model).__name__} does not have: "
+                    f"the adapter is for {self.config.architecture} ({self.config.base_model_name_or_path})."
+                )
+            problems = sparse_format.check(name, indices, values, params[name].numel())
+            if problems:
+                raise AdapterError(f"The adapter's sparse tensors do not fit this model: {problems[0]}.")
+        for name, tensor in dense.items():
             if name in added and name not in params:
                 continue
             if name not in params:

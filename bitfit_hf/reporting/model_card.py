@@ -25,8 +25,10 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from bitfit_hf.adapters.base_checkpoint import checkpoint_files, match_key, read_checkpoint_biases, tensor_sizes
 from bitfit_hf.adapters.config import AdapterConfig
+from bitfit_hf.adapters.sparse import tensor_names
 from bitfit_hf.reporting.heatmap import BiasChange, classify
 from bitfit_hf.tuners.bitfit.summary import TrainableSummary
+from bitfit_hf.tuners.random_subset.model import RANDOM
 from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
 from bitfit_hf.utils.constants import (
     BIAS_CHANGE_JSON,
@@ -230,6 +232,10 @@ def summary_from_adapter(adapter, total_params: Optional[int] = None) -> dict:
         tensors[role] = tensors.get(role, 0) + 1
         layers = per_layer.setdefault(role, {})
         layers[layer] = layers.get(layer, 0) + numel
+    for name in cfg.sparse_parameters:  # weights trained in some entries (random baselines): count those
+        numel = adapter.tensors[tensor_names(name)[0]].numel()
+        per_role[RANDOM] = per_role.get(RANDOM, 0) + numel
+        tensors[RANDOM] = tensors.get(RANDOM, 0) + 1
     heads = cfg.head_modules
     head = [n for n in cfg.trained_parameters if is_under(n, heads)]
     if head:
@@ -324,6 +330,7 @@ def build_model_card(
         title=title,
         intro=_intro(cfg, base_id, bias_params, total, size),
         train_head=cfg.train_head,
+        sparse_entries=bool(cfg.sparse_parameters),
         bias_params=bias_params,
         head_params=head_params,
         total_params=total,
@@ -342,7 +349,7 @@ def build_model_card(
         heatmap_file=heatmap_file,
         bias_change_table=bias_change.to_markdown() if bias_change is not None and bias_change.roles else "",
         outside_layers=[(k, _fmt(v)) for k, v in bias_change.outside_layers.items()] if bias_change is not None else [],
-        files=[(name, FILE_DESCRIPTIONS.get(name, "")) for name in sorted(set(file_list))],
+        files=[(name, _file_description(name, cfg)) for name in sorted(set(file_list))],
         versions=_versions(cfg),
         citation=BITFIT_CITATION,
     )
@@ -413,7 +420,8 @@ def _summary_rows(cfg: AdapterConfig, summary: Mapping[str, Any]) -> List[Dict[s
     rows = []
     for role in sorted(per_role, key=role_rank):
         what = ALL_ROLES.get(role) or {"head": "task head (" + ", ".join(f"`{m}`" for m in cfg.head_modules) + ")",
-                                       "bias": "other bias", "pattern": "selected by a pattern"}.get(role, role)
+                                       "bias": "other bias", "pattern": "selected by a pattern",
+                                       "gain": "other norm gain", RANDOM: "random entries of weight matrices"}.get(role, role)
         rows.append({
             "role": role, "what": what, "tensors": tensors.get(role, ""), "params": int(per_role[role]),
             "percent": f"{100 * per_role[role] / total:.4f}%" if total else "",
@@ -524,6 +532,12 @@ def bias_change_from_recorded_base(adapter) -> Optional[BiasChange]:
 # ---- body helpers ----------------------------------------------------------------------------------
 
 
+def _file_description(name: str, cfg: AdapterConfig) -> str:
+    if name == WEIGHTS_NAME and cfg.sparse_parameters:
+        return "the trained weight entries (indices and values) and the task head (safetensors; the adapter config is embedded in its header)"
+    return FILE_DESCRIPTIONS.get(name, "")
+
+
 def _intro(cfg: AdapterConfig, base_id: Optional[str], bias_params: int, total: int, size: Optional[int]) -> str:
     base = f"[`{base_id}`](https://huggingface.co/{base_id})" if base_id else f"`{cfg.base_model_name_or_path or 'its base model'}`"
     task = _TASK_WORDS.get(cfg.task_type or "", "")
@@ -534,9 +548,18 @@ def _intro(cfg: AdapterConfig, base_id: Optional[str], bias_params: int, total: 
         "[bitfit-hf](https://pypi.org/project/bitfit-hf/). The repo holds only the fine-tuned bias terms"
         f"{' and the task head' if cfg.head_modules else ''}"
     )
+    if cfg.sparse_parameters:  # the paper's random baselines train weight entries, not biases
+        text = (
+            f"A **{cfg.method}** baseline adapter for {base} ({head}): the random baseline of BitFit "
+            "([Ben Zaken et al., ACL 2022](https://aclanthology.org/2022.acl-short.1)), which trains as many "
+            f"randomly chosen weight entries as BitFit's `{' '.join(cfg.bias_terms)}` bias terms, made with "
+            "[bitfit-hf](https://pypi.org/project/bitfit-hf/). The repo holds only those entries (indices and "
+            f"values){' and the task head' if cfg.head_modules else ''}"
+        )
     bits = []
     if bias_params:
-        bits.append(f"{bias_params:,} bias parameters" + (f", {100 * bias_params / total:.3f}% of the base" if total else ""))
+        what = "weight entries" if cfg.sparse_parameters else "bias parameters"
+        bits.append(f"{bias_params:,} {what}" + (f", {100 * bias_params / total:.3f}% of the base" if total else ""))
     if size:
         bits.append(f"{human_size(size)} in all")
     text += (" (" + "; ".join(bits) + ")" if bits else "") + "; the frozen base weights come from the base model's own repo."
@@ -558,6 +581,11 @@ def _dataset_text(datasets: List[str], name: Optional[str], config: Optional[str
 
 def _selection_lines(cfg: AdapterConfig) -> List[str]:
     lines = [f"bias terms: `{' '.join(cfg.bias_terms)}`"]
+    if cfg.sparse_parameters:
+        seed = cfg.method_config.get("random_seed")
+        lines = [f"random entries of {len(cfg.sparse_parameters)} weight matrices ({cfg.method}"
+                 + (f", random_seed {seed}" if seed is not None else "")
+                 + f"), as many as the bias terms `{' '.join(cfg.bias_terms)}`"]
     if cfg.patterns:
         lines.append("extra patterns: " + ", ".join(f"`{p}`" for p in cfg.patterns))
     if cfg.head_modules:

@@ -21,7 +21,7 @@ from bitfit_hf.training.distributed import (
     reset_evaluation_wrapping,
     zero12_evaluation_before_training,
 )
-from bitfit_hf.training.optim import parameter_groups, without_names
+from bitfit_hf.training.optim import keep_untrained_entries, parameter_groups, without_names
 from bitfit_hf.tuners import apply_method
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import adapter_parameter_names, get_bitfit_state, unwrap
@@ -119,6 +119,14 @@ class BitFitTrainerBase(Trainer):
                                 self.get_decay_parameter_names(model))
 
     def create_optimizer(self, model=None):
+        optimizer = self._create_bitfit_optimizer(model)
+        # Methods that train some entries of a tensor; DeepSpeed steps flat copies instead (there the
+        # gradient masks and zero-decay groups keep those entries).
+        if not self.is_deepspeed_enabled and not is_deepspeed_dummy_optimizer(optimizer):
+            keep_untrained_entries(optimizer, self.model, self.bitfit_state)
+        return optimizer
+
+    def _create_bitfit_optimizer(self, model=None):
         if is_deepspeed_dummy_optimizer(self.optimizer) and not self.bitfit_config.is_full_finetuning:
             # The DeepSpeed config has an "optimizer" block: DeepSpeed builds it, over BitFit's groups.
             return keep_bitfit_groups_in_deepspeed_optimizer(self, self.optimizer)

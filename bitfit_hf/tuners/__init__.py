@@ -5,7 +5,9 @@ changes, ``model.py`` walks the network), plus what they share: the per-architec
 Every method config has a class attribute ``method`` (its registry name, stored in adapters) and
 ``learning_rate_for(role)``; every method's ``apply`` prepares a model in place and returns a state
 with ``config``, ``selection`` (the trained tensors with their roles and layers), ``fingerprint``,
-``added_biases`` and ``summary``, kept on the model (:func:`get_tuner_state`). The trainer, the
+``added_biases`` and ``summary``, kept on the model (:func:`get_tuner_state`). A method that trains
+only some entries of a tensor also gives ``sparse_indices`` (``{name: flat int64 indices}``): the
+optimizer groups, the step guard and the adapter format handle those tensors generically. The trainer, the
 adapter format and the reports work through that interface only, so a new method is a new folder
 plus one :func:`register_method` line here.
 """
@@ -19,6 +21,7 @@ from torch import nn
 
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit, get_bitfit_state
+from bitfit_hf.tuners.random_subset import RandRowColConfig, RandUniformConfig, apply_random_subset
 
 
 @dataclass(frozen=True)
@@ -63,3 +66,7 @@ def get_tuner_state(model: nn.Module) -> Optional[BitFitState]:
 
 
 register_method(MethodSpec("bitfit", BitFitConfig, apply_bitfit, "bias terms (all, presets, paper roles or patterns) + head"))
+register_method(MethodSpec("rand_uniform", RandUniformConfig, apply_random_subset,
+                           "baseline: as many random weight entries as a bias selection (uniform)"))
+register_method(MethodSpec("rand_row_col", RandRowColConfig, apply_random_subset,
+                           "baseline: as many weight entries as a bias selection, in random whole rows/columns"))

@@ -42,7 +42,15 @@ _WORK: Optional[Path] = None
 _BASES: Dict[str, Path] = {}
 _REFS: Dict[str, Path] = {}
 # model kind -> extra dist_train.py arguments (LLaMA has no biases: BitFit adds zero ones)
-KIND_ARGS = {"bert": [], "llama": ["--add-missing-biases"]}
+KIND_ARGS = {"bert": [], "llama": ["--add-missing-biases"],
+             # the random baselines (same BERT base): as many random weight entries as BERT's biases
+             "bert_rand_uniform": ["--method", "rand_uniform", "--random-seed", "3"],
+             "bert_rand_row_col": ["--method", "rand_row_col", "--random-seed", "3"]}
+
+
+def base_kind(kind: str) -> str:
+    """The base model a run kind trains: ``bert`` or ``llama``."""
+    return "llama" if kind.startswith("llama") else "bert"
 
 
 def workdir() -> Path:
@@ -63,6 +71,7 @@ def free_port() -> int:
 def base_model_dir(kind: str = "bert") -> Path:
     """A small random model saved once per session: BERT (2 layers, hidden 32, no dropout), or LLaMA
     (2 layers, hidden 32, no biases anywhere) for the added-bias path."""
+    kind = base_kind(kind)
     if kind not in _BASES:
         import transformers as T
 
@@ -306,8 +315,10 @@ def verify_run(result: Launch, world_size: int, distributed_type: str, zero_stag
 
     adapter = BitFitAdapter.from_directory(str(out / "adapter"))
     ref_adapter = BitFitAdapter.from_directory(str(ref / "adapter"))
-    assert set(adapter.tensors) == set(ref_adapter.tensors) == set(per_rank[0])
-    for name, tensor in adapter.tensors.items():
+    assert set(adapter.tensors) == set(ref_adapter.tensors)
+    saved = dense_adapter_tensors(adapter, kind)
+    assert set(saved) == set(per_rank[0])
+    for name, tensor in saved.items():
         assert torch.equal(tensor, per_rank[0][name]), name
     mine, theirs = adapter.config.to_dict(), ref_adapter.config.to_dict()
     for d in (mine, theirs):
@@ -328,6 +339,22 @@ def verify_run(result: Launch, world_size: int, distributed_type: str, zero_stag
         "train_seconds": round(reports[0]["seconds"]["train"], 2),
         "built_partitioned": reports[0].get("built_partitioned"),
     }
+
+
+def dense_adapter_tensors(adapter, kind: str = "bert") -> Dict[str, torch.Tensor]:
+    """The adapter's tensors with each sparse one (indices + values) written into the base's tensor."""
+    from bitfit_hf.adapters import sparse
+
+    dense, entries = sparse.split(adapter.tensors, adapter.config.sparse_parameters)
+    for name, (indices, values) in entries.items():
+        dense[name] = sparse.densify(_base_value(name, values, kind), indices, values)
+    return dense
+
+
+def drawn_indices(out: Path, rank: int) -> Dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(out / f"rank{rank}_indices.safetensors"))
 
 
 _BASE_STATES: Dict[str, Dict[str, torch.Tensor]] = {}

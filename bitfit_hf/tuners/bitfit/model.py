@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
-from bitfit_hf.tuners.bitfit.config import BitFitConfig
-from bitfit_hf.tuners.bitfit.layer import add_zero_biases
+from bitfit_hf.tuners.bitfit.config import BitFitConfig, parse_bias_init
+from bitfit_hf.tuners.bitfit.layer import add_zero_biases, initialize_biases
 from bitfit_hf.tuners.bitfit.selection import Selection, resolve
 from bitfit_hf.tuners.bitfit.summary import TrainableSummary
 from bitfit_hf.utils.fingerprint import base_fingerprint
@@ -16,6 +17,8 @@ from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_shape
 
 _STATE_ATTR = "_bitfit_state"
+
+logger = logging.getLogger("bitfit_hf")
 
 
 class BitFitState:
@@ -63,7 +66,9 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
         # Taken before anything is added or trained, over the tensors this adapter will not carry.
         fingerprint = base_fingerprint(model, exclude=set(selection.parameter_names), head_modules=selection.head_modules)
     added = dict(previous.added_biases) if previous is not None else {}
-    added.update(add_zero_biases(model, selection.biases_to_add))
+    new = add_zero_biases(model, {m: k for m, k in selection.biases_to_add.items() if m not in added})
+    added.update(new)
+    _initialize(model, config, selection, [f"{m}.bias" for m in new])
 
     trained = set(selection.parameter_names)
     for name, param in model.named_parameters():
@@ -74,8 +79,30 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
     for name, chunks in selection.chunk_masks().items():
         mask = _chunk_mask(params[name], chunks)
         state.mask_handles.append(params[name].register_hook(lambda grad, mask=mask: grad * mask.to(grad.dtype)))
-    setattr(model, _STATE_ATTR, state)
+    set_tuner_state(model, state)
     return state
+
+
+def _initialize(model: nn.Module, config: BitFitConfig, selection: Selection, added: List[str]) -> None:
+    """``added_bias_init`` for the biases just added, and for the pretrained ones only on explicit request."""
+    mean_std = parse_bias_init(config.added_bias_init)
+    params = dict(model.named_parameters())
+    names = list(added)
+    if config.reinit_existing_biases:
+        existing = [e.name for e in selection.entries if e.name.endswith(".bias") and not e.added and e.role != "head"]
+        logger.warning("reinit_existing_biases=True: overwriting %d pretrained bias tensors with %s; their "
+                       "pretrained values are lost for this run.", len(existing), config.added_bias_init)
+        names += list(dict.fromkeys(existing))
+        if mean_std is None:
+            with torch.no_grad():
+                for name in existing:
+                    params[name].zero_()
+    initialize_biases(params, names, mean_std)
+
+
+def set_tuner_state(model: nn.Module, state) -> None:
+    """Keep a method's state on the model, where :func:`get_bitfit_state` finds it."""
+    setattr(model, _STATE_ATTR, state)
 
 
 def get_bitfit_state(model: nn.Module) -> Optional[BitFitState]:

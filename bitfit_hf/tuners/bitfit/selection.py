@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from torch import nn
 
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.layer import bias_kind, has_bias
-from bitfit_hf.tuners.roles import ALL_ROLES, ARCHITECTURE_ROLES, PRESETS, module_roles, roles_for
+from bitfit_hf.tuners.roles import (
+    ALL_ROLES,
+    ARCHITECTURE_ROLES,
+    GAIN_ROLES,
+    PRESETS,
+    match_role,
+    module_roles,
+    parameter_of,
+    roles_for,
+    rules_of,
+)
 from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_numel, full_shape
 
@@ -23,6 +33,8 @@ HEAD = "head"
 OTHER_BIAS = "bias"  # a bias parameter that no role names (e.g. ELECTRA's embeddings projection)
 PATTERN = "pattern"
 WEIGHT = "weight"  # full fine-tuning: a non-bias parameter
+GAIN = "gain"  # a norm gain that no gain role names (e.g. Qwen3's per-head q_norm / k_norm)
+EMBEDDING_ROLES = ("b_emb_LN", "g_emb_LN")  # below the first layer: the deepest for layer-wise rates
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,7 @@ class Selection:
     biases_to_add: Dict[str, str] = field(default_factory=dict)  # module name -> "native" | "hook"
     head_modules: List[str] = field(default_factory=list)
     total_params: int = 0  # parameters of the model before any bias is added
+    layer_counts: Dict[str, int] = field(default_factory=dict)  # stack ("" or "encoder"/"decoder") -> layers
 
     @property
     def parameter_names(self) -> List[str]:
@@ -75,6 +88,48 @@ class Selection:
             for name, parts in chunks.items()
             if None not in parts and len(set(parts)) < parts[0][1]
         }
+
+
+def layer_depths(selection: Selection) -> Dict[str, int]:
+    """How many layers below the top each trained tensor sits (0: the top layer, the head, the pooler
+    and final norms; ``L`` for the embeddings' norm of an ``L``-layer stack). Layer-wise learning rates
+    scale a tensor's rate by ``decay ** depth``; tensors outside every layer that are not embeddings get 0."""
+    counts = selection.layer_counts
+    deepest = max(counts.values(), default=0)
+    depths: Dict[str, int] = {}
+    for entry in selection.entries:
+        stack, _, index = entry.layer.rpartition(".")
+        if index.isdigit() and stack in counts:
+            depth = counts[stack] - 1 - int(index)
+        elif entry.role in EMBEDDING_ROLES:
+            depth = deepest
+        else:
+            depth = 0
+        depths[entry.name] = max(depths.get(entry.name, 0), depth)
+    return depths
+
+
+def count_layers(model_type: str, module_names: Iterable[str]) -> Dict[str, int]:
+    """Layers per stack of a known architecture, from the module names its role rules match."""
+    if model_type not in ARCHITECTURE_ROLES:
+        return {}
+    counts: Dict[str, int] = {}
+    rules = [rule for role_rules in roles_for(model_type).values() for rule in role_rules]
+    for name in module_names:
+        for rule in rules:
+            layer = match_role(rule, name)
+            if layer:
+                stack, _, index = layer.rpartition(".")
+                counts[stack] = max(counts.get(stack, 0), int(index) + 1)
+                break
+    return counts
+
+
+def is_norm(module: nn.Module) -> bool:
+    """A LayerNorm / RMSNorm-style module with a 1-D gain (``weight``)."""
+    weight = getattr(module, "weight", None)
+    return (isinstance(module, nn.LayerNorm) or "norm" in type(module).__name__.lower()) and (
+        isinstance(weight, nn.Parameter) and weight.dim() == 1)
 
 
 def detect_head_modules(model: nn.Module) -> List[str]:
@@ -142,7 +197,13 @@ class _Plan:
 
     def selection(self) -> Selection:
         total = sum(full_numel(p) for p in self.params.values())
-        return Selection(self.config, self.model_type, self.entries, self.to_add, self.head_modules, total)
+        return Selection(self.config, self.model_type, self.entries, self.to_add, self.head_modules, total,
+                         count_layers(self.model_type, self.modules))
+
+    @property
+    def whole_model_preset(self) -> bool:
+        """``all`` / ``one-d``: every role the architecture has, skipping those it lacks silently."""
+        return self.config.preset in ("all", "one-d")
 
 
 def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selection:
@@ -152,8 +213,8 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
         _select_everything(plan)
         return plan.selection()
     _select_roles(plan, _wanted_roles(plan))
-    if plan.config.preset == "all":
-        _select_unnamed_biases(plan)
+    if plan.whole_model_preset:
+        _select_unnamed_vectors(plan)
     _select_patterns(plan)
     if plan.config.train_head:
         for name in plan.params:
@@ -164,8 +225,9 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
 
 def _wanted_roles(plan: _Plan) -> List[str]:
     preset = plan.config.preset
-    if preset == "all":
-        return list(roles_for(plan.model_type)) if plan.model_type in ARCHITECTURE_ROLES else []
+    if plan.whole_model_preset:
+        roles = list(roles_for(plan.model_type)) if plan.model_type in ARCHITECTURE_ROLES else []
+        return roles + list(GAIN_ROLES) if preset == "one-d" else roles
     if preset is not None:  # "frozen" and "paper-subset"
         return list(PRESETS[preset])
     return list(plan.config.bias_terms)
@@ -185,19 +247,20 @@ def _select_roles(plan: _Plan, roles: List[str]) -> None:
     """The biases of the named roles; under ``all``, roles the architecture lacks are skipped silently."""
     if not roles:
         return
-    lenient = plan.config.preset == "all"
+    lenient = plan.whole_model_preset
     table = roles_for(plan.model_type)
-    absent = [role for role in roles if role not in table]
+    absent = [role for role in roles if rules_of(table, role) is None]
     if absent and not lenient:
         raise plan.nothing_selected(f"Role {absent[0]!r}", f"This architecture has the roles: {', '.join(table)}.")
     matched: Dict[str, List[str]] = {role: [] for role in roles}
     missing: Dict[str, List[str]] = {role: [] for role in roles}
     body = {name: module for name, module in plan.modules.items() if not is_under(name, plan.head_modules)}
-    for role in (r for r in roles if r in table):  # role-major: the order adapters record their tensors in
+    for role in (r for r in roles if r not in absent):  # role-major: the order adapters record their tensors in
+        take = _take_gain if parameter_of(role) == "weight" else _take_bias
         for module_name, module in body.items():
             for _, rule, layer in module_roles(table, module_name, [role]):
                 matched[role].append(module_name)
-                _take_bias(plan, module_name, module, role, layer, rule.chunk, missing[role])
+                take(plan, module_name, module, role, layer, rule.chunk, missing[role])
     if lenient:
         return
     for role in roles:
@@ -224,15 +287,29 @@ def _take_bias(plan: _Plan, module_name: str, module: nn.Module, role: str, laye
         missing.append(module_name)
 
 
-def _select_unnamed_biases(plan: _Plan) -> None:
-    """``all``: biases no role names too (ELECTRA's embeddings projection, ...); an error if none at all."""
+def _take_gain(plan: _Plan, module_name: str, module: nn.Module, role: str, layer: str, chunk, missing: List[str]) -> None:
+    """A norm's 1-D gain (gain roles of ``one-d``): never added; named explicitly, it must exist."""
+    if is_norm(module):
+        plan.take(f"{module_name}.weight", role, layer)
+    elif plan.config.preset is None:
+        raise ValueError(f"Role {role!r} names {module_name}, which has no 1-D gain (weight).")
+
+
+def _select_unnamed_vectors(plan: _Plan) -> None:
+    """``all`` / ``one-d``: biases (and for ``one-d`` norm gains) no role names too (ELECTRA's embeddings
+    projection, Qwen3's q_norm, ...); an error if nothing at all is selected."""
     for name in _bias_names(plan.params):
         if name not in plan.covered and not is_under(name, plan.head_modules):
             plan.take(name, OTHER_BIAS)
+    if plan.config.preset == "one-d":
+        for module_name, module in plan.modules.items():
+            gain = f"{module_name}.weight"
+            if is_norm(module) and gain in plan.params and gain not in plan.covered and not is_under(module_name, plan.head_modules):
+                plan.take(gain, GAIN)
     if not plan.entries:
         known = plan.model_type in ARCHITECTURE_ROLES
         raise plan.nothing_selected(
-            "bias_terms='all'",
+            f"bias_terms={plan.config.preset!r}",
             "This model has no bias terms: set add_missing_biases=True to add zero-initialised ones"
             + (" to every role's module." if known else " (needs a known architecture)."),
         )

@@ -70,7 +70,8 @@ class TrainableSummary:
         lines = [f"{'role':<12} {'tensors':>8} {'params':>12} {'% of model':>11}  what"]
         for role in sorted(self.per_role, key=role_rank):
             what = ALL_ROLES.get(role, {"head": "task head", "bias": "other bias", "pattern": "user pattern",
-                                        "weight": "weight (full fine-tuning)"}.get(role, ""))
+                                        "weight": "weight (full fine-tuning)", "gain": "other norm gain",
+                                        "random": "random entries of weight matrices"}.get(role, ""))
             lines.append(
                 f"{role:<12} {self.tensors_per_role[role]:>8} {self.per_role[role]:>12,} "
                 f"{100 * self.fraction(self.per_role[role]):>10.4f}%  {what}"
