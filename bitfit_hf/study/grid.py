@@ -168,7 +168,7 @@ BUDGETS: Dict[str, Budget] = {
                              train_score_samples=150),
         },
         curve=CurveBudget("sentiment", ((100, _SEEDS3), (400, _SEEDS3), (1600, (1, 2)))),
-        min_steps=40,
+        min_steps=30,
         epoch_eval="first_seed",
     ),
     "full": Budget(

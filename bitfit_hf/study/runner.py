@@ -45,6 +45,7 @@ RECORD_FORMAT = 1
 NOT_AVAILABLE = "not run: method not available in this build"
 RECIPES_ENV = "BITFIT_HF_RECIPES"
 _KEEP_SUFFIXES = (".json", ".md", ".png", ".txt")
+_DROP_NAMES = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt"}
 _KEEP_MAX_BYTES = 2 * 2**20
 
 
@@ -118,7 +119,7 @@ def _prune(run_dir: str) -> None:
                 dirs.remove(name)
         for name in files:
             path = os.path.join(root, name)
-            if not name.endswith(_KEEP_SUFFIXES) or os.path.getsize(path) > _KEEP_MAX_BYTES:
+            if name in _DROP_NAMES or not name.endswith(_KEEP_SUFFIXES) or os.path.getsize(path) > _KEEP_MAX_BYTES:
                 os.remove(path)
 
 

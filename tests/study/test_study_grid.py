@@ -111,3 +111,53 @@ def test_figures_render_from_hand_made_tables(tmp_path):
                  plot_grid(grid, {}, str(tmp_path / "grid.png"))):
         with open(path, "rb") as handle:
             assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+FAKE_RECIPE = '''
+import json, os, sys
+args = sys.argv[1:]
+out = args[args.index("--output_dir") + 1]
+method = args[args.index("--method") + 1]
+if method == "full":
+    print("glue.py: error: --method full: something the user must fix", file=sys.stderr)
+    sys.exit(2)
+os.makedirs(out, exist_ok=True)
+seed = int(args[args.index("--seed") + 1])
+results = {"eval_accuracy": 0.5 + seed / 100, "predict_accuracy": 0.9, "train_runtime": 10.0}
+json.dump(results, open(os.path.join(out, "all_results.json"), "w"))
+history = [{"epoch": 1.0, "eval_accuracy": 0.45, "eval_runtime": 2.0}, {"epoch": 2.0, "eval_accuracy": 0.5 + seed / 100,
+           "eval_runtime": 3.0}]
+json.dump({"log_history": history}, open(os.path.join(out, "trainer_state.json"), "w"))
+open(os.path.join(out, "adapter_model.safetensors"), "wb").write(b"weights")
+open(os.path.join(out, "tokenizer.json"), "w").write("{}")
+'''
+
+
+def test_runner_records_results_and_failures_of_each_cell(tmp_path):
+    """The runner's bookkeeping with a stand-in recipe (no training): records, failures, pruning, skipping."""
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "glue.py").write_text(FAKE_RECIPE)
+    study = Study(str(tmp_path / "study"), BUDGETS["smoke"], StudySettings(), tasks=["sentiment"],
+                  methods=["bitfit", "full"], seeds=[1, 2], recipes_dir=str(recipes))
+    lines = []
+    states = study.run(progress=False, echo=lines.append)
+    done = {s.cell_id: s.record for s in states if s.status == "done"}
+    failed = [s for s in states if s.status == "failed"]
+    assert len(done) == 3 and len(failed) == 3  # bitfit n16 s1, s2, n8 s1; full the same
+    for state in failed:
+        assert "exit status 2: glue.py: error: --method full" in state.record["error"]
+    record = done[next(s.cell_id for s in states if s.cell.seed == 2 and s.cell.method == "bitfit")]
+    assert record["score"] == pytest.approx(52.0) and record["train_score"] == pytest.approx(90.0)
+    assert record["train_time_s"] == pytest.approx(5.0)  # 10 s minus the 5 s of evaluations inside training
+    assert record["epochs_to_converge"] == 2.0 and record["peak_rss_mb"] > 0
+    run = tmp_path / "study" / "runs" / record["cell_id"]
+    assert sorted(p.name for p in run.iterdir()) == ["all_results.json", "trainer_state.json"]  # weights dropped
+    # a second run skips finished and failed cells; --retry_failed runs the failures again
+    again = []
+    Study(str(tmp_path / "study"), BUDGETS["smoke"], StudySettings(), tasks=["sentiment"], methods=["bitfit", "full"],
+          seeds=[1, 2], recipes_dir=str(recipes)).run(progress=False, echo=again.append)
+    assert "3 finished (skipped), 3 failed before" in again[0] and "0 to run" in again[0]
+    retry = Study(str(tmp_path / "study"), BUDGETS["smoke"], StudySettings(), tasks=["sentiment"],
+                  methods=["bitfit", "full"], seeds=[1, 2], recipes_dir=str(recipes), retry_failed=True)
+    assert sum(s.status == "pending" for s in retry.states()) == 3
