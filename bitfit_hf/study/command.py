@@ -89,8 +89,9 @@ def _dry_run(study: Study) -> None:
     if counts.get("unavailable"):
         missing = sorted({s.cell.row.method for s in states if s.status == "unavailable"})
         print(f"n/a = {NOT_AVAILABLE} (--method {', '.join(missing)})")
-    print(f"estimated time of the cells to run: {pending_seconds / 60:.0f} min on an idle {study.budget.hardware} "
-          "with all-MiniLM-L6-v2 (a rough model of the recipes' measured speed; base-size models cost more)")
+    print(f"estimated time of the cells to run: {pending_seconds / 60:.0f} min on an idle 2-core CPU with "
+          "all-MiniLM-L6-v2 (a rough cost model from the recipes' measured CPU runs; this budget is meant for "
+          f"{study.budget.hardware}: a GPU is faster, a base-size model slower)")
     if states:
         example = next((s for s in states if s.status == "pending"), states[0])
         print("\nexample command:\n  " + " ".join(shlex.quote(a) for a in study.command(
