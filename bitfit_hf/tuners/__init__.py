@@ -72,7 +72,8 @@ def config_from_dict(method: str, data: Dict[str, Any]):
 register_method(MethodSpec("bitfit", BitFitConfig, apply_bitfit, "bias terms (all, presets, paper roles or patterns) + head"))
 register_method(MethodSpec(
     "adapterbias", AdapterBiasConfig, apply_adapterbias,
-    "token-dependent shift L_alpha(h)*v on each FFN output projection + FFN/embeddings LayerNorms + head",
+    "a token-dependent shift L_alpha(h)*v on each FFN output projection, the FFN and embeddings LayerNorms "
+    "(gain and bias) and the task head",
     prepare_base=insert_shifts,
     display_name="AdapterBias",
     not_mergeable=("AdapterBias adds a token-dependent shift L_alpha(h)*v to each FFN output (its size depends on "
