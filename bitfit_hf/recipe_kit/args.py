@@ -12,7 +12,8 @@ Defaults the user did not set explicitly are filled in before ``TrainingArgument
 * ``--use_cpu`` is on when no accelerator is present (needed for multi-process CPU launches; see
   :func:`default_use_cpu`).
 * no ``--do_train/--do_eval/--do_predict`` at all means ``--do_train --do_eval``;
-* ``--output_dir`` defaults to ``outputs/<recipe>-<task>-<method>``;
+* ``--output_dir`` defaults to ``outputs/<recipe>-<task>-<method>`` (``-shared`` added for AdapterBias with
+  ``--share_alpha``);
 * each recipe's batch sizes and logging cadence, and, when the offline default data is used, the
   sample caps that keep the default run to a few minutes on a 2-core CPU.
 
@@ -333,14 +334,17 @@ def parse_recipe_args(
         file_values = _load_args_file(os.path.abspath(argv[0]))
         given = set(file_values)
         method = file_values.get("method", "bitfit")
+        shared = str(file_values.get("share_alpha", False)).lower() in ("true", "1", "yes")
         dataset_name = file_values.get("dataset_name")
     else:
         given = _given_keys(argv)
         pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
         pre.add_argument("--method", "--method", default="bitfit")
         pre.add_argument("--dataset_name", "--dataset-name", default=None)
+        pre.add_argument("--share_alpha", nargs="?", const="true", default="false")
         known, _ = pre.parse_known_args(argv)
         method, dataset_name = known.method, known.dataset_name
+        shared = str(known.share_alpha).lower() in ("true", "1", "yes")
     if method not in METHODS:
         raise RecipeError(f"--method {method!r}: choose one of {', '.join(METHODS)}.")
 
@@ -366,7 +370,8 @@ def parse_recipe_args(
     applied = {key: value for key, value in chosen.items() if key not in given}
     if "output_dir" not in given:
         task = _task_label(argv, file_values if from_file else None, applied, defaults)
-        applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}")
+        variant = "-shared" if shared and method == "adapterbias" else ""  # --share_alpha runs apart from per-layer ones
+        applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}{variant}")
 
     if from_file:
         values = {**applied, **file_values}
