@@ -42,7 +42,10 @@ _WORK: Optional[Path] = None
 _BASES: Dict[str, Path] = {}
 _REFS: Dict[str, Path] = {}
 # model kind -> extra dist_train.py arguments (LLaMA has no biases: BitFit adds zero ones)
-KIND_ARGS = {"bert": [], "llama": ["--add-missing-biases"]}
+KIND_ARGS = {"bert": [], "llama": ["--add-missing-biases"],
+             # AdapterBias on the BERT base (kinds are "<base>" or "<base>_<variant>")
+             "bert_adapterbias": ["--method", "adapterbias"],
+             "bert_adapterbias_shared": ["--method", "adapterbias", "--share-alpha"]}
 
 
 def workdir() -> Path:
@@ -63,6 +66,7 @@ def free_port() -> int:
 def base_model_dir(kind: str = "bert") -> Path:
     """A small random model saved once per session: BERT (2 layers, hidden 32, no dropout), or LLaMA
     (2 layers, hidden 32, no biases anywhere) for the added-bias path."""
+    kind = kind.split("_")[0]  # the base model of a variant kind
     if kind not in _BASES:
         import transformers as T
 
@@ -335,6 +339,7 @@ _BASE_STATES: Dict[str, Dict[str, torch.Tensor]] = {}
 
 def _base_value(name: str, like: torch.Tensor, kind: str = "bert") -> torch.Tensor:
     """The base checkpoint's value of ``name`` (zeros for a bias BitFit added)."""
+    kind = kind.split("_")[0]
     if kind not in _BASE_STATES:
         from safetensors.torch import load_file
 

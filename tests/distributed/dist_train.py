@@ -38,6 +38,8 @@ def parse(argv=None):
     p.add_argument("--head-lr", type=float, default=5e-3)
     p.add_argument("--no-helper", action="store_true", help="build TrainingArguments without training_args_kwargs")
     p.add_argument("--add-missing-biases", action="store_true", help="for bias-less bases (LLaMA): add zero biases")
+    p.add_argument("--method", default="bitfit", choices=["bitfit", "adapterbias"])
+    p.add_argument("--share-alpha", action="store_true", help="with --method adapterbias: one shared L_alpha")
     p.add_argument("--eval-first", action="store_true", help="trainer.evaluate() before trainer.train(), as the recipes do")
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1)  # the deepspeed launcher passes it
     return p.parse_args(argv)
@@ -60,13 +62,23 @@ def eval_batch(vocab, seq=16):
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
+def method_config(a):
+    """BitFit (all biases), or AdapterBias with the same two learning rates (shift / head)."""
+    from bitfit_hf import BitFitConfig
+    from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
+
+    if a.method == "adapterbias":
+        return AdapterBiasConfig(share_alpha=a.share_alpha, adapter_learning_rate=a.bias_lr, head_learning_rate=a.head_lr)
+    return BitFitConfig(bias_learning_rate=a.bias_lr, head_learning_rate=a.head_lr, add_missing_biases=a.add_missing_biases)
+
+
 def main(argv=None) -> int:
     a = parse(argv)
     os.makedirs(a.out, exist_ok=True)
     from safetensors.torch import load_file, save_file
     from transformers import AutoModelForSequenceClassification, TrainingArguments
 
-    from bitfit_hf import BitFitConfig, BitFitTrainer
+    from bitfit_hf import BitFitTrainer
     from bitfit_hf.training.distributed import launched_world_size, training_args_kwargs
     from bitfit_hf.utils.zero import gathered
 
@@ -101,8 +113,7 @@ def main(argv=None) -> int:
         model,
         args,
         train_dataset=data,
-        bitfit_config=BitFitConfig(bias_learning_rate=a.bias_lr, head_learning_rate=a.head_lr,
-                                   add_missing_biases=a.add_missing_biases),
+        bitfit_config=method_config(a),
     )
     from transformers import TrainerCallback
 
