@@ -6,6 +6,7 @@
     python recipes/pos.py --train_file train.conll --validation_file dev.conll  # CoNLL columns
     python recipes/pos.py --dataset_name <hub dataset> --label_column_name pos_tags
     python recipes/pos.py --method full                                # full fine-tuning baseline
+    python recipes/pos.py --method adapterbias                         # AdapterBias (lr 1e-4)
 
 Each word's tag goes on its first sub-token; the other sub-tokens are ignored by the loss and the
 metric, so `eval_accuracy` is token accuracy over words. Input formats: `word/TAG` text (one sentence

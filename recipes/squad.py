@@ -5,6 +5,7 @@
     python recipes/squad.py --train_file train-v1.1.json --validation_file dev-v1.1.json  # SQuAD JSON
     python recipes/squad.py --dataset_name rajpurkar/squad                 # from the Hub
     python recipes/squad.py --max_train_samples 2000 --max_eval_samples 500 --doc_stride 64
+    python recipes/squad.py --method adapterbias                           # AdapterBias (lr 1e-4)
 
 Contexts longer than --max_seq_length become overlapping windows (--doc_stride tokens shared); the
 answer span is chosen among the --n_best_size best starts and ends of every window, at most

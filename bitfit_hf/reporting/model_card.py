@@ -27,6 +27,7 @@ from bitfit_hf.adapters.base_checkpoint import checkpoint_files, match_key, read
 from bitfit_hf.adapters.config import AdapterConfig
 from bitfit_hf.adapters.sparse import tensor_names
 from bitfit_hf.reporting.heatmap import BiasChange, classify
+from bitfit_hf.tuners import METHODS, method_spec
 from bitfit_hf.tuners.bitfit.summary import TrainableSummary
 from bitfit_hf.tuners.random_subset.model import RANDOM
 from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
@@ -310,8 +311,9 @@ def build_model_card(
     if eval_results is None:
         eval_results = meta.get("eval_results")
 
+    spec = _method(cfg)
     model_index, rows = _model_index(cfg, eval_results, pipeline_tag, datasets, dataset_name, dataset_config)
-    card_data = _card_data(cfg, base_id, pipeline_tag, tags, datasets, license, language,
+    card_data = _card_data(cfg, spec, base_id, pipeline_tag, tags, datasets, license, language,
                            title if model_index else None, model_index)
 
     # body
@@ -328,7 +330,8 @@ def build_model_card(
     file_list = list(files) if files is not None else [WEIGHTS_NAME, CONFIG_NAME, README_NAME]
     template_kwargs = dict(
         title=title,
-        intro=_intro(cfg, base_id, bias_params, total, size),
+        intro=_intro(cfg, base_id, bias_params, total, size) if spec is None else _method_intro(cfg, spec, base_id, bias_params, total, size),
+        method_text=_method_text(cfg, spec, bias_params, head_params, total) if spec is not None else "",
         train_head=cfg.train_head,
         sparse_entries=bool(cfg.sparse_parameters),
         bias_params=bias_params,
@@ -351,7 +354,7 @@ def build_model_card(
         outside_layers=[(k, _fmt(v)) for k, v in bias_change.outside_layers.items()] if bias_change is not None else [],
         files=[(name, _file_description(name, cfg)) for name in sorted(set(file_list))],
         versions=_versions(cfg),
-        citation=BITFIT_CITATION,
+        citation=spec.citation if spec is not None and spec.citation else BITFIT_CITATION,
     )
     card = ModelCard.from_template(card_data, template_path=template_path(), **template_kwargs)
     card.text = re.sub(r"\n{3,}", "\n\n", card.text).strip() + "\n"
@@ -389,11 +392,12 @@ def _model_index(cfg: AdapterConfig, eval_results, pipeline_tag, datasets: List[
     return model_index, rows
 
 
-def _card_data(cfg: AdapterConfig, base_id, pipeline_tag, tags, datasets, license, language, model_name, model_index):
-    """The card's YAML metadata."""
+def _card_data(cfg: AdapterConfig, spec, base_id, pipeline_tag, tags, datasets, license, language, model_name, model_index):
+    """The card's YAML metadata (``spec``: the method when it is not plain BitFit)."""
     from huggingface_hub import ModelCardData
 
-    all_tags = ["bitfit", "bias-only-fine-tuning", "parameter-efficient-fine-tuning"]
+    all_tags = (["bitfit", "bias-only-fine-tuning", "parameter-efficient-fine-tuning"] if spec is None
+                else [cfg.method, "parameter-efficient-fine-tuning"])
     for tag in [cfg.model_type, pipeline_tag, *_as_list(tags)]:
         if tag and tag not in all_tags:
             all_tags.append(tag)
@@ -418,8 +422,8 @@ def _summary_rows(cfg: AdapterConfig, summary: Mapping[str, Any]) -> List[Dict[s
     per_role = dict(summary.get("per_role") or {})
     tensors = dict(summary.get("tensors_per_role") or {})
     rows = []
-    for role in sorted(per_role, key=role_rank):
-        what = ALL_ROLES.get(role) or {"head": "task head (" + ", ".join(f"`{m}`" for m in cfg.head_modules) + ")",
+    for role in sorted(per_role, key=lambda r: role_rank(r, _method_role_texts())):
+        what = _method_role_texts().get(role) or ALL_ROLES.get(role) or {"head": "task head (" + ", ".join(f"`{m}`" for m in cfg.head_modules) + ")",
                                        "bias": "other bias", "pattern": "selected by a pattern",
                                        "gain": "other norm gain", RANDOM: "random entries of weight matrices"}.get(role, role)
         rows.append({
@@ -570,6 +574,53 @@ def _intro(cfg: AdapterConfig, base_id: Optional[str], bias_params: int, total: 
     return text
 
 
+def _method_role_texts() -> Dict[str, str]:
+    """Descriptions of the roles that methods other than BitFit add (AdapterBias's ``ab_v``, ...)."""
+    return {role: text for spec in METHODS.values()
+            for role, text in (getattr(spec.config_class, "role_descriptions", None) or {}).items()}
+
+
+def _method(cfg: AdapterConfig):
+    """The registered spec of a non-BitFit adapter's method (``None`` for BitFit)."""
+    if cfg.method == "bitfit":
+        return None
+    try:
+        return method_spec(cfg.method)
+    except ValueError:
+        return None
+
+
+def _method_intro(cfg: AdapterConfig, spec, base_id: Optional[str], trained: int, total: int, size: Optional[int]) -> str:
+    base = f"[`{base_id}`](https://huggingface.co/{base_id})" if base_id else f"`{cfg.base_model_name_or_path or 'its base model'}`"
+    task = _TASK_WORDS.get(cfg.task_type or "", "")
+    head = f"`{cfg.architecture}`" + (f", {task}" if task else "")
+    name = spec.display_name or cfg.method
+    text = f"An **{name}** adapter for {base} ({head}), made with [bitfit-hf](https://pypi.org/project/bitfit-hf/)"
+    text += f": {spec.description}." if spec.description else "."
+    if spec.paper:
+        text += f" Method: {spec.paper}."
+    bits = [f"{trained:,} trained parameters outside the head" + (f", {100 * trained / total:.3f}% of the base" if total else "")]
+    if size:
+        bits.append(f"{human_size(size)} in all")
+    text += " The repo holds only the trained tensors (" + "; ".join(bits) + "); the frozen base weights come from the base model's own repo."
+    if cfg.id2label:
+        labels = [cfg.id2label[k] for k in sorted(cfg.id2label, key=lambda k: int(k) if str(k).isdigit() else k)]
+        text += "\n\nLabels: " + ", ".join(f"`{x}`" for x in labels[:20]) + (f", ... ({len(labels)} in all)" if len(labels) > 20 else "") + "."
+    return text
+
+
+def _method_text(cfg: AdapterConfig, spec, trained: int, head_params: int, total: int) -> str:
+    name = spec.display_name or cfg.method
+    text = (f"{name} freezes the base model and trains {spec.description or 'the tensors below'}. This adapter trains "
+            f"**{trained:,} parameters** outside the head" + (f" ({100 * trained / total:.4f}% of the base's {total:,})" if total else ""))
+    if head_params:
+        text += f" and **{head_params:,} task-head parameters**"
+    text += "."
+    if spec.not_mergeable:
+        text += f" It cannot be merged into a plain checkpoint: {spec.not_mergeable}."
+    return text
+
+
 def _dataset_text(datasets: List[str], name: Optional[str], config: Optional[str]) -> str:
     ids = ", ".join(f"[`{d}`](https://huggingface.co/datasets/{d})" if _REPO_ID.fullmatch(d) else f"`{d}`" for d in datasets)
     if config:
@@ -586,6 +637,8 @@ def _selection_lines(cfg: AdapterConfig) -> List[str]:
         lines = [f"random entries of {len(cfg.sparse_parameters)} weight matrices ({cfg.method}"
                  + (f", random_seed {seed}" if seed is not None else "")
                  + f"), as many as the bias terms `{' '.join(cfg.bias_terms)}`"]
+    elif cfg.method != "bitfit":
+        lines = ["method settings: " + ", ".join(f"`{k}={v}`" for k, v in sorted(cfg.method_config.items()))]
     if cfg.patterns:
         lines.append("extra patterns: " + ", ".join(f"`{p}`" for p in cfg.patterns))
     if cfg.head_modules:

@@ -335,9 +335,10 @@ ROLE_KINDS = ("bias", "gain", "pattern", "weight", "random", "head")
 """What a trained tensor can be besides a paper role, in display order after the roles."""
 
 
-def role_rank(role: str) -> int:
-    """Display order: the paper's roles, then other biases, patterns, weights and the head."""
-    order = list(ALL_ROLES) + list(ROLE_KINDS)
+def role_rank(role: str, extra: Iterable[str] = ()) -> int:
+    """Display order: the paper's roles, then roles a method adds (``extra``), then other biases,
+    gains, patterns, weights, random entries and the head."""
+    order = list(ALL_ROLES) + list(extra) + list(ROLE_KINDS)
     return order.index(role) if role in order else len(order)
 
 

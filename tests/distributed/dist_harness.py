@@ -45,7 +45,10 @@ _REFS: Dict[str, Path] = {}
 KIND_ARGS = {"bert": [], "llama": ["--add-missing-biases"],
              # the random baselines (same BERT base): as many random weight entries as BERT's biases
              "bert_rand_uniform": ["--method", "rand_uniform", "--random-seed", "3"],
-             "bert_rand_row_col": ["--method", "rand_row_col", "--random-seed", "3"]}
+             "bert_rand_row_col": ["--method", "rand_row_col", "--random-seed", "3"],
+             # AdapterBias on the BERT base (kinds are "<base>" or "<base>_<variant>")
+             "bert_adapterbias": ["--method", "adapterbias"],
+             "bert_adapterbias_shared": ["--method", "adapterbias", "--share-alpha"]}
 
 
 def base_kind(kind: str) -> str:
@@ -362,6 +365,7 @@ _BASE_STATES: Dict[str, Dict[str, torch.Tensor]] = {}
 
 def _base_value(name: str, like: torch.Tensor, kind: str = "bert") -> torch.Tensor:
     """The base checkpoint's value of ``name`` (zeros for a bias BitFit added)."""
+    kind = kind.split("_")[0]
     if kind not in _BASE_STATES:
         from safetensors.torch import load_file
 

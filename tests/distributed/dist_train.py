@@ -38,8 +38,9 @@ def parse(argv=None):
     p.add_argument("--head-lr", type=float, default=5e-3)
     p.add_argument("--no-helper", action="store_true", help="build TrainingArguments without training_args_kwargs")
     p.add_argument("--add-missing-biases", action="store_true", help="for bias-less bases (LLaMA): add zero biases")
-    p.add_argument("--method", default="bitfit", help="a registered method: bitfit, rand_uniform, rand_row_col")
+    p.add_argument("--method", default="bitfit", help="a registered method: bitfit, rand_uniform, rand_row_col, adapterbias")
     p.add_argument("--random-seed", type=int, default=0, help="seed of the random baselines' draw")
+    p.add_argument("--share-alpha", action="store_true", help="with --method adapterbias: one shared L_alpha")
     p.add_argument("--eval-first", action="store_true", help="trainer.evaluate() before trainer.train(), as the recipes do")
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1)  # the deepspeed launcher passes it
     return p.parse_args(argv)
@@ -66,7 +67,10 @@ def method_config(a):
     """BitFit (the default) or another registered method, with the run's learning rates."""
     from bitfit_hf import BitFitConfig
     from bitfit_hf.tuners import method_spec
+    from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
 
+    if a.method == "adapterbias":
+        return AdapterBiasConfig(share_alpha=a.share_alpha, adapter_learning_rate=a.bias_lr, head_learning_rate=a.head_lr)
     kwargs = dict(bias_learning_rate=a.bias_lr, head_learning_rate=a.head_lr, add_missing_biases=a.add_missing_biases)
     if a.method == "bitfit":
         return BitFitConfig(**kwargs)

@@ -10,33 +10,16 @@ from torch import nn
 
 from bitfit_hf.tuners.bitfit.config import BitFitConfig, parse_bias_init
 from bitfit_hf.tuners.bitfit.layer import add_zero_biases, initialize_biases
-from bitfit_hf.tuners.bitfit.selection import Selection, resolve
-from bitfit_hf.tuners.bitfit.summary import TrainableSummary
+from bitfit_hf.tuners.bitfit.selection import resolve
+from bitfit_hf.tuners.state import Selection, TunerState, get_tuner_state, set_tuner_state, unwrap
 from bitfit_hf.utils.fingerprint import base_fingerprint
 from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_shape
 
-_STATE_ATTR = "_bitfit_state"
-
 logger = logging.getLogger("bitfit_hf")
 
-
-class BitFitState:
-    """What :func:`apply_bitfit` did to a model; kept on the model as ``model._bitfit_state``."""
-
-    def __init__(self, selection: Selection, added_biases: Dict[str, str], fingerprint: str):
-        self.selection = selection
-        self.added_biases = added_biases  # module name -> "native" | "hook"
-        self.fingerprint = fingerprint  # of the frozen base weights, taken before training
-        self.mask_handles: List = []
-
-    @property
-    def config(self) -> BitFitConfig:
-        return self.selection.config
-
-    @property
-    def summary(self) -> TrainableSummary:
-        return TrainableSummary.from_selection(self.selection)
+# BitFit's state is the state every method leaves on the model.
+BitFitState = TunerState
 
 
 def _chunk_mask(param: nn.Parameter, chunks: List[Tuple[int, int]]) -> torch.Tensor:
@@ -100,23 +83,9 @@ def _initialize(model: nn.Module, config: BitFitConfig, selection: Selection, ad
     initialize_biases(params, names, mean_std)
 
 
-def set_tuner_state(model: nn.Module, state) -> None:
-    """Keep a method's state on the model, where :func:`get_bitfit_state` finds it."""
-    setattr(model, _STATE_ATTR, state)
-
-
 def get_bitfit_state(model: nn.Module) -> Optional[BitFitState]:
-    """The :class:`BitFitState` of a model prepared by :func:`apply_bitfit`, or ``None``."""
-    return getattr(unwrap(model), _STATE_ATTR, None)
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The user's model inside DDP / DeepSpeed / torch.compile wrappers."""
-    while True:
-        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-        if not isinstance(inner, nn.Module):
-            return model
-        model = inner
+    """The state of a model prepared by :func:`apply_bitfit` (or another method), or ``None``."""
+    return get_tuner_state(model)
 
 
 def trainable_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:

@@ -8,8 +8,7 @@ error that names the roles and the model's bias parameters, never a silent no-op
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional
 
 from torch import nn
 
@@ -26,68 +25,15 @@ from bitfit_hf.tuners.roles import (
     roles_for,
     rules_of,
 )
+from bitfit_hf.tuners.state import HEAD, Selection, TrainedTensor, detect_head_modules
 from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_numel, full_shape
 
-HEAD = "head"
 OTHER_BIAS = "bias"  # a bias parameter that no role names (e.g. ELECTRA's embeddings projection)
 PATTERN = "pattern"
 WEIGHT = "weight"  # full fine-tuning: a non-bias parameter
 GAIN = "gain"  # a norm gain that no gain role names (e.g. Qwen3's per-head q_norm / k_norm)
 EMBEDDING_ROLES = ("b_emb_LN", "g_emb_LN")  # below the first layer: the deepest for layer-wise rates
-
-
-@dataclass(frozen=True)
-class TrainedTensor:
-    """One trained parameter (or one fused chunk of it) and why it is trained."""
-
-    name: str
-    role: str
-    layer: str = ""
-    numel: int = 0
-    chunk: Optional[Tuple[int, int]] = None
-    added: bool = False
-
-
-@dataclass
-class Selection:
-    """The resolved plan: trained tensors, biases to add, and the model's size for fractions."""
-
-    config: BitFitConfig
-    model_type: str
-    entries: List[TrainedTensor]
-    biases_to_add: Dict[str, str] = field(default_factory=dict)  # module name -> "native" | "hook"
-    head_modules: List[str] = field(default_factory=list)
-    total_params: int = 0  # parameters of the model before any bias is added
-    layer_counts: Dict[str, int] = field(default_factory=dict)  # stack ("" or "encoder"/"decoder") -> layers
-
-    @property
-    def parameter_names(self) -> List[str]:
-        """Trained parameter names, each once, in model order."""
-        return list(dict.fromkeys(entry.name for entry in self.entries))
-
-    @property
-    def head_parameter_names(self) -> List[str]:
-        return list(dict.fromkeys(e.name for e in self.entries if e.role == HEAD))
-
-    @property
-    def bias_parameter_names(self) -> List[str]:
-        return list(dict.fromkeys(e.name for e in self.entries if e.role != HEAD))
-
-    @property
-    def trainable_numel(self) -> int:
-        return sum(entry.numel for entry in self.entries)
-
-    def chunk_masks(self) -> Dict[str, List[Tuple[int, int]]]:
-        """Parameters trained only in some fused chunks: ``{name: [(index, count), ...]}``."""
-        chunks: Dict[str, List[Optional[Tuple[int, int]]]] = {}
-        for entry in self.entries:
-            chunks.setdefault(entry.name, []).append(entry.chunk)
-        return {
-            name: sorted(set(parts))
-            for name, parts in chunks.items()
-            if None not in parts and len(set(parts)) < parts[0][1]
-        }
 
 
 def layer_depths(selection: Selection) -> Dict[str, int]:
@@ -130,27 +76,6 @@ def is_norm(module: nn.Module) -> bool:
     weight = getattr(module, "weight", None)
     return (isinstance(module, nn.LayerNorm) or "norm" in type(module).__name__.lower()) and (
         isinstance(weight, nn.Parameter) and weight.dim() == 1)
-
-
-def detect_head_modules(model: nn.Module) -> List[str]:
-    """Top-level modules outside the base model that own parameters: the task head.
-
-    ``BertForSequenceClassification`` gives ``["classifier"]``, DistilBERT ``["pre_classifier",
-    "classifier"]``, GPT-2 and LLaMA ``["score"]``. Output embeddings (an LM head) are pretrained,
-    usually tied to the input embeddings, and are never treated as a task head.
-    """
-    prefix = getattr(model, "base_model_prefix", "")
-    base = getattr(model, prefix, None) if prefix else None
-    if not isinstance(base, nn.Module) or base is model:
-        return []
-    output_embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    heads = []
-    for name, child in model.named_children():
-        if name == prefix or child is output_embeddings:
-            continue
-        if any(True for _ in child.parameters()):
-            heads.append(name)
-    return heads
 
 
 def _bias_names(params: Dict[str, nn.Parameter]) -> List[str]:
