@@ -15,6 +15,7 @@ from torch import nn
 
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.layer import bias_kind, has_bias
+from bitfit_hf.tuners.errors import SelectionError
 from bitfit_hf.tuners.roles import ALL_ROLES, ARCHITECTURE_ROLES, PRESETS, match_role, roles_for
 from bitfit_hf.utils.zero import full_numel, full_shape
 
@@ -105,10 +106,10 @@ def _bias_names(params: Dict[str, nn.Parameter]) -> List[str]:
     return [n for n in params if n.rsplit(".", 1)[-1] == "bias"]
 
 
-def _nothing_selected(what: str, model_type: str, params: Dict[str, nn.Parameter], hint: str = "") -> ValueError:
+def _nothing_selected(what: str, model_type: str, params: Dict[str, nn.Parameter], hint: str = "") -> SelectionError:
     biases = _bias_names(params)
     shown = ", ".join(biases[:12]) + (f", ... ({len(biases)} in all)" if len(biases) > 12 else "")
-    return ValueError(
+    return SelectionError(
         f"{what} selects no parameter of this {model_type or 'model'} model. "
         f"Roles: {', '.join(ALL_ROLES)}; presets: {', '.join(PRESETS)}. "
         f"The model's bias parameters: {shown or 'none'}.{(' ' + hint) if hint else ''}"
@@ -124,7 +125,7 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
     head_modules = list(config.head_modules) if config.head_modules is not None else detect_head_modules(model)
     missing_heads = [m for m in head_modules if m not in modules]
     if missing_heads:
-        raise ValueError(f"head_modules {missing_heads} are not modules of this model.")
+        raise SelectionError(f"head_modules {missing_heads} are not modules of this model.")
     head_params = [n for n in params if _under(n, head_modules)]
 
     entries: List[TrainedTensor] = []
@@ -191,7 +192,7 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
             if not matched_any and preset != "all":
                 raise _nothing_selected(f"Role {role!r}", model_type, params)
             if missing and preset != "all":
-                raise ValueError(
+                raise SelectionError(
                     f"Role {role!r} names {len(missing)} module(s) without a bias in this {model_type} model "
                     f"(e.g. {missing[0]}). Set add_missing_biases=True (--add_missing_biases) to add "
                     "zero-initialised biases there; the model's outputs stay unchanged until training."
@@ -214,7 +215,7 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
         try:
             compiled = re.compile(pattern)
         except re.error as err:
-            raise ValueError(f"Invalid regular expression in patterns: {pattern!r} ({err}).") from None
+            raise SelectionError(f"Invalid regular expression in patterns: {pattern!r} ({err}).") from None
         hits = [n for n in params if compiled.fullmatch(n)]
         if not hits:
             raise _nothing_selected(f"Pattern {pattern!r}", model_type, params, "Patterns must match whole names.")
@@ -227,6 +228,13 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
             if name not in covered:
                 take(name, HEAD)
 
+    if not entries:
+        raise _nothing_selected(
+            f"bias_terms={config.bias_terms}, patterns={config.patterns}, train_head={config.train_head}",
+            model_type, params,
+            "Nothing would be trained" + ("" if head_modules else " (the model has no task head)") + ": select bias terms, "
+            "or keep train_head=True on a model with a task head.",
+        )
     total = sum(full_numel(p) for p in params.values())
     return Selection(config, model_type, entries, to_add, head_modules, total)
 
