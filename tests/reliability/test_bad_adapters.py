@@ -12,7 +12,7 @@ import pytest
 import torch
 from reliability_support import make_adapter, same_tensors, tiny_bert
 
-from bitfit_hf import AdapterError, AutoBitFitModel, BitFitAdapter, BitFitConfig, SelectionError, apply_bitfit, load_adapter
+from bitfit_hf import AdapterError, AutoBitFitModel, BitFitAdapter, BitFitConfig, apply_bitfit, load_adapter
 from bitfit_hf.utils.constants import CONFIG_NAME, WEIGHTS_NAME
 
 
@@ -120,6 +120,8 @@ def test_auto_model_refuses_a_label_count_the_adapter_head_does_not_have(adapter
 
 
 def test_selecting_nothing_is_an_error():
+    from bitfit_hf import SelectionError
+
     with pytest.raises(SelectionError, match="selects nothing"):
         apply_bitfit(tiny_bert(), BitFitConfig("frozen", train_head=False))
     with pytest.raises(SelectionError, match=r"selects no parameter.*no task head"):
@@ -129,5 +131,7 @@ def test_selecting_nothing_is_an_error():
 
 
 def test_an_invalid_pattern_is_refused_when_the_config_is_made():
+    from bitfit_hf import SelectionError
+
     with pytest.raises(SelectionError, match=r"Invalid regular expression in patterns: '\('"):
         BitFitConfig("all", patterns=["("])
