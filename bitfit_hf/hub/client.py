@@ -69,6 +69,7 @@ from bitfit_hf.utils.constants import (
     __version__,
 )
 from bitfit_hf.utils.io import atomic_path, read_json_object, write_bytes_atomic, write_json_atomic, write_text_atomic
+from bitfit_hf.utils.secrets import redact_text
 
 logger = logging.getLogger(__name__)
 
@@ -318,7 +319,7 @@ def push_adapter_to_hub(
         else:
             write_bias_change_files(stage, change, publish.config, repo_id)
             if model_card is not False:
-                write_text_atomic(os.path.join(stage, README_NAME), str(model_card))
+                write_text_atomic(os.path.join(stage, README_NAME), redact_text(str(model_card)))
         return push_adapter_folder(stage, repo_id, token=token, private=private, revision=revision,
                                    commit_message=commit_message, commit_description=commit_description,
                                    create_pr=create_pr, manage_readme=model_card is not False)

@@ -27,6 +27,7 @@ from bitfit_hf.adapters.base_checkpoint import checkpoint_files, match_key, read
 from bitfit_hf.adapters.config import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, AdapterConfig
 from bitfit_hf.reporting.heatmap import BIAS_CHANGE_JSON, BIAS_CHANGE_PNG, BiasChange, classify
 from bitfit_hf.tuners.roles import ALL_ROLES
+from bitfit_hf.utils.secrets import redact, redact_text
 
 logger = logging.getLogger(__name__)
 
@@ -291,7 +292,7 @@ def build_model_card(
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
     cfg: AdapterConfig = adapter.config
-    meta = dict(cfg.metadata or {})
+    meta = redact(dict(cfg.metadata or {}))  # a card is published: never a credential in it
     base_id = hub_base_model_id(cfg, base_model)
     pipeline_tag = PIPELINE_TAGS.get(cfg.task_type or "")
     repo_id = repo_id or meta.get("hub_model_id")
@@ -440,7 +441,7 @@ def write_model_card_files(
         weights_size=os.path.getsize(weights) if os.path.isfile(weights) else None,
         **card_kwargs,
     )
-    write_text_atomic(os.path.join(directory, README_NAME), str(card))
+    write_text_atomic(os.path.join(directory, README_NAME), redact_text(str(card)))
     return written + [README_NAME]
 
 

@@ -99,3 +99,15 @@ def test_a_recipe_run_with_a_token_writes_and_logs_it_nowhere(tmp_path, monkeypa
     captured = capsys.readouterr()
     assert SECRET not in captured.out and SECRET not in captured.err
     assert SECRET not in caplog.text and f"a careless message with {REDACTED} in it" in caplog.text
+
+
+def test_model_cards_never_hold_a_token(tmp_path):
+    from bitfit_hf.reporting.model_card import write_model_card_files
+
+    model = tiny_bert()
+    apply_bitfit(model)
+    adapter = BitFitAdapter.from_model(model, "some/base", metadata={
+        "training_args": {"learning_rate": 0.001, "hub_token": SECRET}, "note": f"made with {SECRET}"})
+    write_model_card_files(str(tmp_path), adapter, "me/card")
+    assert (tmp_path / "README.md").is_file()
+    assert files_holding(tmp_path, SECRET) == []
