@@ -111,3 +111,15 @@ def test_model_cards_never_hold_a_token(tmp_path):
     write_model_card_files(str(tmp_path), adapter, "me/card")
     assert (tmp_path / "README.md").is_file()
     assert files_holding(tmp_path, SECRET) == []
+
+
+def test_error_lines_never_show_a_token(capsys):
+    from bitfit_hf.utils.errors import UserError, exit_on_user_error
+
+    def fail():
+        raise UserError(f"the Hub refused {SECRET}")
+
+    with pytest.raises(SystemExit) as exit_info:
+        exit_on_user_error(fail, "glue.py")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"glue.py: error: the Hub refused {REDACTED}\n"
