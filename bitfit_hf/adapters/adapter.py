@@ -3,8 +3,10 @@
 An adapter directory holds ``adapter_config.json`` and ``adapter_model.safetensors`` (the trained
 tensors only). The config is also embedded in the safetensors header, and the weights file is the
 last thing a save replaces, so the weights file alone always describes a consistent adapter: a crash
-between the two renames leaves either the old or the new adapter, never a mix. Nothing is ever
-unpickled.
+between the two renames leaves either the old or the new adapter, never a mix; a stale
+``adapter_config.json`` left by such a crash is rewritten from the embedded config on the next load.
+The config records a sha256 of the tensors (``bitfit_hf.adapters.integrity``): a corrupted file is
+refused with an error instead of loading wrong numbers. Nothing is ever unpickled.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from torch import nn
 
 from bitfit_hf.adapters import sparse as sparse_format
 from bitfit_hf.adapters.config import (
+    FORMAT_VERSION,
     AdapterConfig,
     AdapterError,
     BaseModelMismatchError,
     task_type_of,
 )
+from bitfit_hf.adapters.integrity import tensors_digest, verify_tensors
 from bitfit_hf.adapters.remote import remote_store
 from bitfit_hf.tuners import apply_method, method_spec
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
@@ -105,20 +109,29 @@ class BitFitAdapter:
 
     # ---- saving --------------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str, dtype: Optional[Union[str, torch.dtype]] = None) -> None:
-        """Write the adapter atomically; ``dtype="float16"`` halves the file (off by default)."""
+        """Write the adapter atomically; ``dtype="float16"`` halves the file (off by default).
+
+        The config records a content hash of the tensors (checked on load) and, like every metadata
+        field, never a credential.
+        """
         from safetensors.torch import save
 
         tensors = self.tensors
-        config = self.config
         if dtype is not None:
             dtype = _DTYPES[dtype] if isinstance(dtype, str) else dtype
             tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
-            config = AdapterConfig.from_dict({**config.to_dict(), "dtype": str(dtype).replace("torch.", "")})
+        tensors = {k: v.contiguous() for k, v in tensors.items()}
+        fields = {"format_version": FORMAT_VERSION, "tensors_sha256": tensors_digest(tensors)}
+        if dtype is not None:
+            fields["dtype"] = str(dtype).replace("torch.", "")
+        else:  # the same tensors as in memory: keep this object's config in step with the file
+            self.config.format_version, self.config.tensors_sha256 = fields["format_version"], fields["tensors_sha256"]
+        config = AdapterConfig.from_dict({**self.config.to_dict(), **fields})
         os.makedirs(save_directory, exist_ok=True)
         text = config.to_json()
         # JSON first, weights (which embed the same config) last: the weights file is the commit point.
         write_text_atomic(os.path.join(save_directory, CONFIG_NAME), text)
-        data = save({k: v.contiguous() for k, v in tensors.items()}, metadata={"format": "pt", _METADATA_KEY: text})
+        data = save(tensors, metadata={"format": "pt", _METADATA_KEY: text})
         write_bytes_atomic(os.path.join(save_directory, WEIGHTS_NAME), canonical_safetensors(data))
 
     def push_to_hub(self, repo_id: str, **kwargs):
@@ -159,23 +172,22 @@ class BitFitAdapter:
             raise AdapterError(f"{directory!r} has no {WEIGHTS_NAME}: it is not a BitFit adapter directory.")
         tensors, embedded = read_safetensors(weights_path)
         config_path = os.path.join(directory, CONFIG_NAME)
-        on_disk = None
+        on_disk, on_disk_error = None, None
         if os.path.isfile(config_path):
-            with open(config_path, encoding="utf-8") as handle:
-                on_disk = AdapterConfig.from_json(handle.read(), config_path)  # errors on bad JSON / fields
+            try:
+                with open(config_path, encoding="utf-8") as handle:
+                    on_disk = AdapterConfig.from_json(handle.read(), config_path)  # errors on bad JSON / fields
+            except (AdapterError, OSError, UnicodeDecodeError) as err:
+                on_disk_error = err if isinstance(err, AdapterError) else AdapterError(f"cannot read {config_path}: {err}")
         if embedded is not None:
             config = AdapterConfig.from_json(embedded, f"the config embedded in {weights_path}")
-            if on_disk is not None and on_disk.to_dict() != config.to_dict():
-                logger.warning(
-                    "%s does not match the config embedded in %s (an interrupted save?); using the embedded one, "
-                    "which always belongs to these weights.",
-                    config_path,
-                    WEIGHTS_NAME,
-                )
         elif on_disk is not None:
             config = on_disk
+        elif on_disk_error is not None:
+            raise on_disk_error
         else:
             raise AdapterError(f"{directory!r} has no {CONFIG_NAME}: it is not a BitFit adapter directory.")
+        verify_tensors(config, tensors, weights_path)
         missing = [n for n in config.adapter_parameters if n not in tensors]
         extra = [n for n in tensors if n not in config.adapter_parameters]
         if missing or extra:
@@ -183,6 +195,8 @@ class BitFitAdapter:
                 f"{weights_path} does not hold the tensors its config lists "
                 f"(missing: {missing[:5]}, unexpected: {extra[:5]}); the adapter is damaged."
             )
+        if embedded is not None and (on_disk_error is not None or (on_disk is not None and on_disk.to_dict() != config.to_dict())):
+            _repair_stale_config(config_path, embedded)
         return cls(config, tensors)
 
     # ---- applying ------------------------------------------------------------------------------
@@ -293,6 +307,24 @@ def prepare_base_for(model: nn.Module, config: AdapterConfig) -> None:
             raise AdapterError(f"Cannot prepare this {type(model).__name__} for the {config.method} adapter: {err}") from None
 
 
+def _repair_stale_config(config_path: str, embedded: str) -> None:
+    """``adapter_config.json`` disagrees with the config embedded in the weights (a save interrupted
+    between its two renames, or a hand edit): the embedded one belongs to these weights and is used;
+    rewrite the side file from it when the folder is ours to write (never a Hub cache symlink)."""
+    if os.path.islink(config_path) or not os.access(os.path.dirname(os.path.abspath(config_path)), os.W_OK):
+        logger.warning("%s does not match the config embedded in %s; using the embedded one, which always belongs "
+                       "to these weights.", config_path, WEIGHTS_NAME)
+        return
+    try:
+        write_text_atomic(config_path, embedded)
+    except OSError as err:
+        logger.warning("%s is stale (the weights embed another config, which is used); rewriting it failed: %s",
+                       config_path, err)
+        return
+    logger.warning("%s did not match the config embedded in %s (an interrupted save?); rewrote it from the embedded "
+                   "config, which always belongs to these weights.", config_path, WEIGHTS_NAME)
+
+
 def method_fields(config) -> dict:
     """The fields a method adds to :class:`BitFitConfig` (stored as ``method_config``); none for BitFit.
     Training-only fields (learning rates, ``save_full_model``) are left out."""
@@ -327,8 +359,12 @@ def read_safetensors(path: str):
             f"{path} is truncated or corrupt, not a valid safetensors file ({err}): download or save the "
             "adapter again."
         ) from None
-    metadata = header.get("__metadata__") or {}
-    return tensors, metadata.get(_METADATA_KEY)
+    metadata = (header.get("__metadata__") or {}) if isinstance(header, dict) else None
+    embedded = metadata.get(_METADATA_KEY) if isinstance(metadata, dict) else None
+    if not isinstance(metadata, dict) or not (embedded is None or isinstance(embedded, str)):
+        raise AdapterError(f"{path} has a damaged header (its metadata is not a map of strings): download or save the "
+                           "adapter again.")
+    return tensors, embedded
 
 
 def canonical_safetensors(data: bytes) -> bytes:

@@ -69,8 +69,9 @@ def method_text(adapter) -> str:
         seed = cfg.method_config.get("random_seed")
         return (f"{cfg.method} ({count:,} weight entries in {len(cfg.sparse_parameters)} matrices, as many as "
                 f"bitfit {terms}" + (f"; random_seed {seed}" if seed is not None else "") + ")")
-    extra = "".join(f"; {k} {v}" for k, v in sorted(cfg.method_config.items()))
-    return f"{cfg.method} ({terms}{extra})"
+    if cfg.method != "bitfit":
+        return f"{cfg.method} (" + ", ".join(f"{k}={v}" for k, v in sorted(cfg.method_config.items())) + ")"
+    return f"{cfg.method} ({terms})"
 
 
 def card_metrics(folder: str) -> Dict[str, float]:

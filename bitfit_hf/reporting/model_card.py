@@ -41,6 +41,7 @@ from bitfit_hf.utils.constants import (
     WEIGHTS_NAME,
 )
 from bitfit_hf.utils.names import is_under
+from bitfit_hf.utils.secrets import redact, redact_text
 
 logger = logging.getLogger(__name__)
 
@@ -297,7 +298,7 @@ def build_model_card(
     from huggingface_hub import ModelCard
 
     cfg: AdapterConfig = adapter.config
-    meta = dict(cfg.metadata or {})
+    meta = redact(dict(cfg.metadata or {}))  # a card is published: never a credential in it
     base_id = hub_base_model_id(cfg, base_model)
     pipeline_tag = PIPELINE_TAGS.get(cfg.task_type or "")
     repo_id = repo_id or meta.get("hub_model_id")
@@ -474,7 +475,7 @@ def write_model_card_files(
         weights_size=os.path.getsize(weights) if os.path.isfile(weights) else None,
         **card_kwargs,
     )
-    write_text_atomic(os.path.join(directory, README_NAME), str(card))
+    write_text_atomic(os.path.join(directory, README_NAME), redact_text(str(card)))
     return written + [README_NAME]
 
 
@@ -581,8 +582,9 @@ def _method_role_texts() -> Dict[str, str]:
 
 
 def _method(cfg: AdapterConfig):
-    """The registered spec of a non-BitFit adapter's method (``None`` for BitFit)."""
-    if cfg.method == "bitfit":
+    """The registered spec of a method with its own card text (``None`` for BitFit, and for the random
+    baselines, whose card is BitFit's with weight entries in place of biases)."""
+    if cfg.method == "bitfit" or cfg.sparse_parameters:
         return None
     try:
         return method_spec(cfg.method)

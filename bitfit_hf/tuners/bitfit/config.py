@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
+from bitfit_hf.tuners.errors import SelectionError
 from bitfit_hf.tuners.roles import ALL_ROLES, PRESETS
 
 
@@ -53,6 +55,16 @@ class BitFitConfig:
     def __post_init__(self) -> None:
         self.bias_terms = normalize_bias_terms(self.bias_terms)
         self.patterns = list(self.patterns or [])
+        for pattern in self.patterns:
+            try:
+                re.compile(pattern)
+            except (re.error, TypeError) as err:
+                raise SelectionError(f"Invalid regular expression in patterns: {pattern!r} ({err}).") from None
+        if self.bias_terms == ["frozen"] and not self.train_head and not self.patterns:
+            raise SelectionError(
+                "bias_terms='frozen' with train_head=False selects nothing: 'frozen' trains the task head only. "
+                "Keep train_head=True, or select bias terms or patterns."
+            )
         for lr_name in ("bias_learning_rate", "head_learning_rate"):
             lr = getattr(self, lr_name)
             if lr is not None and not lr > 0:
@@ -121,18 +133,18 @@ def normalize_bias_terms(bias_terms: Union[str, Sequence[str], None]) -> List[st
     else:
         items = [item for term in bias_terms for item in str(term).replace(",", " ").split()]
     if not items:
-        raise ValueError(
+        raise SelectionError(
             "bias_terms is empty. Give a preset (" + ", ".join(PRESETS) + ") or roles such as 'b_q b_m2'."
         )
     presets = [item for item in items if item in PRESETS]
     if presets and len(items) > 1:
-        raise ValueError(
+        raise SelectionError(
             f"bias_terms mixes the preset {presets[0]!r} with other terms {items}: give either one preset "
             "or a list of roles."
         )
     unknown = [item for item in items if item not in PRESETS and item not in ALL_ROLES]
     if unknown:
-        raise ValueError(
+        raise SelectionError(
             f"Unknown bias term(s) {unknown}. Presets: {', '.join(PRESETS)}. Roles: "
             + ", ".join(f"{role} ({what})" for role, what in ALL_ROLES.items())
             + ". For anything else use `patterns=[regex, ...]`."

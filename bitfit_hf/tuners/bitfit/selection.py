@@ -14,6 +14,7 @@ from torch import nn
 
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.layer import bias_kind, has_bias
+from bitfit_hf.tuners.errors import SelectionError
 from bitfit_hf.tuners.roles import (
     ALL_ROLES,
     ARCHITECTURE_ROLES,
@@ -82,10 +83,10 @@ def _bias_names(params: Dict[str, nn.Parameter]) -> List[str]:
     return [n for n in params if n.rsplit(".", 1)[-1] == "bias"]
 
 
-def _nothing_selected(what: str, model_type: str, params: Dict[str, nn.Parameter], hint: str = "") -> ValueError:
+def _nothing_selected(what: str, model_type: str, params: Dict[str, nn.Parameter], hint: str = "") -> SelectionError:
     biases = _bias_names(params)
     shown = ", ".join(biases[:12]) + (f", ... ({len(biases)} in all)" if len(biases) > 12 else "")
-    return ValueError(
+    return SelectionError(
         f"{what} selects no parameter of this {model_type or 'model'} model. "
         f"Roles: {', '.join(ALL_ROLES)}; presets: {', '.join(PRESETS)}. "
         f"The model's bias parameters: {shown or 'none'}.{(' ' + hint) if hint else ''}"
@@ -103,7 +104,7 @@ class _Plan:
         heads = list(config.head_modules) if config.head_modules is not None else detect_head_modules(model)
         missing = [m for m in heads if m not in self.modules]
         if missing:
-            raise ValueError(f"head_modules {missing} are not modules of this model.")
+            raise SelectionError(f"head_modules {missing} are not modules of this model.")
         self.head_modules = heads
         self.entries: List[TrainedTensor] = []
         self.covered: Dict[str, None] = {}
@@ -145,6 +146,13 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
         for name in plan.params:
             if is_under(name, plan.head_modules) and name not in plan.covered:
                 plan.take(name, HEAD)
+    if not plan.entries:
+        cfg = plan.config
+        raise plan.nothing_selected(
+            f"bias_terms={cfg.bias_terms}, patterns={cfg.patterns}, train_head={cfg.train_head}",
+            "Nothing would be trained" + ("" if plan.head_modules else " (the model has no task head)")
+            + ": select bias terms, or keep train_head=True on a model with a task head.",
+        )
     return plan.selection()
 
 
@@ -192,7 +200,7 @@ def _select_roles(plan: _Plan, roles: List[str]) -> None:
         if not matched[role]:
             raise plan.nothing_selected(f"Role {role!r}")
         if missing[role]:
-            raise ValueError(
+            raise SelectionError(
                 f"Role {role!r} names {len(missing[role])} module(s) without a bias in this {plan.model_type} model "
                 f"(e.g. {missing[role][0]}). Set add_missing_biases=True (--add_missing_biases) to add "
                 "zero-initialised biases there; the model's outputs stay unchanged until training."
@@ -217,7 +225,7 @@ def _take_gain(plan: _Plan, module_name: str, module: nn.Module, role: str, laye
     if is_norm(module):
         plan.take(f"{module_name}.weight", role, layer)
     elif plan.config.preset is None:
-        raise ValueError(f"Role {role!r} names {module_name}, which has no 1-D gain (weight).")
+        raise SelectionError(f"Role {role!r} names {module_name}, which has no 1-D gain (weight).")
 
 
 def _select_unnamed_vectors(plan: _Plan) -> None:
@@ -245,7 +253,7 @@ def _select_patterns(plan: _Plan) -> None:
         try:
             compiled = re.compile(pattern)
         except re.error as err:
-            raise ValueError(f"Invalid regular expression in patterns: {pattern!r} ({err}).") from None
+            raise SelectionError(f"Invalid regular expression in patterns: {pattern!r} ({err}).") from None
         hits = [n for n in plan.params if compiled.fullmatch(n)]
         if not hits:
             raise plan.nothing_selected(f"Pattern {pattern!r}", "Patterns must match whole names.")
