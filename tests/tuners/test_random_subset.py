@@ -340,3 +340,23 @@ def test_layerwise_decay_reaches_the_random_entries():
     assert rates["bert.encoder.layer.1.attention.self.query.weight"] == (pytest.approx(1e-2), 0.0)
     assert rates["bert.encoder.layer.0.attention.self.query.weight"] == (pytest.approx(5e-3), 0.0)
     assert rates["classifier.weight"] == (pytest.approx(1e-2), 0.1)  # the head decays as in Trainer
+
+
+def test_resume_from_a_checkpoint_continues_exactly(tmp_path):
+    """checkpoint-2 holds the compact adapter + optimizer state; resuming to step 4 gives the same weights."""
+    data = _dataset(100)
+
+    def run(out, resume=None):
+        model = tiny_model("bert").train()
+        trainer = BitFitTrainer(model, _args(tmp_path, output_dir=str(out), save_strategy="steps", save_steps=2),
+                                train_dataset=data, bitfit_config=RandRowColConfig(random_seed=6))
+        trainer.train(resume_from_checkpoint=resume)
+        return model
+
+    full = run(tmp_path / "full")
+    checkpoint = tmp_path / "full" / "checkpoint-2"
+    assert (checkpoint / WEIGHTS_NAME).is_file()
+    resumed = run(tmp_path / "resumed", resume=str(checkpoint))
+    theirs = dict(full.named_parameters())
+    for name, param in resumed.named_parameters():
+        assert torch.equal(param, theirs[name]), name
