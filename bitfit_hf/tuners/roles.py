@@ -331,7 +331,8 @@ def parameter_of(role: str) -> str:
     return "weight" if role in GAIN_OF else "bias"
 
 
-ROLE_KINDS = ("bias", "gain", "pattern", "weight", "random", "head")
+HEAD = "head"  # the role of the task head's tensors
+ROLE_KINDS = ("bias", "gain", "pattern", "weight", "random", HEAD)
 """What a trained tensor can be besides a paper role, in display order after the roles."""
 
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from torch import nn
 
-HEAD = "head"
+from bitfit_hf.tuners.roles import HEAD  # noqa: F401 - the head role, read from here by the methods
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import TYPE_CHECKING, Dict, List
 
-from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
-from bitfit_hf.tuners.state import HEAD, Selection
+from bitfit_hf.tuners.roles import ALL_ROLES, HEAD, role_rank
+
+if TYPE_CHECKING:  # the selection is only read here; state.py builds summaries from it
+    from bitfit_hf.tuners.state import Selection
 
 
 @dataclass
