@@ -3,6 +3,7 @@ names, and `make` runs exactly the README's set-up-by-hand and test commands (re
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -52,8 +53,11 @@ def make_dry_run(target: str, tmp_path: Path, **variables: str) -> list[list[str
     if shutil.which("make") is None:
         pytest.skip("GNU make is not installed")
     venv = tmp_path / "venv"
-    args = ["make", "-n", target, f"VENV={venv}", *(f"{k}={v}" for k, v in variables.items())]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, check=True)
+    args = ["make", "-n", "--no-print-directory", target, f"VENV={venv}", *(f"{k}={v}" for k, v in variables.items())]
+    # Run under `make test` too: the outer make's flags and variables must not reach this one.
+    outer = {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "TORCH_SPEC", "CONSTRAINTS", "CUDA_GPU", "PYTHON"}
+    env = {k: v for k, v in os.environ.items() if k not in outer}
+    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, check=True)
     commands = []
     for line in proc.stdout.splitlines():
         tokens = shlex.split(line)

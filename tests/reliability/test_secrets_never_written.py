@@ -107,9 +107,11 @@ def test_model_cards_never_hold_a_token(tmp_path):
     model = tiny_bert()
     apply_bitfit(model)
     adapter = BitFitAdapter.from_model(model, "some/base", metadata={
-        "training_args": {"learning_rate": 0.001, "hub_token": SECRET}, "note": f"made with {SECRET}"})
+        "training_args": {"learning_rate": 0.001, "hub_token": SECRET, "run_name": f"sweep-{SECRET}"},
+        "note": f"made with {SECRET}"})
     write_model_card_files(str(tmp_path), adapter, "me/card")
-    assert (tmp_path / "README.md").is_file()
+    card = (tmp_path / "README.md").read_text()
+    assert "sweep-" in card  # the hyper-parameter is shown, its token-shaped part is not
     assert files_holding(tmp_path, SECRET) == []
 
 
