@@ -19,7 +19,8 @@ from typing import Dict, List, Optional, Union
 import torch
 from torch import nn
 
-from bitfit_hf.adapters.adapter import BitFitAdapter
+from bitfit_hf.adapters import sparse as sparse_format
+from bitfit_hf.adapters.adapter import BitFitAdapter, prepare_base_for
 from bitfit_hf.adapters.config import AdapterError, BaseModelMismatchError
 from bitfit_hf.tuners.bitfit.layer import add_zero_bias, has_bias
 from bitfit_hf.tuners.bitfit.model import unwrap
@@ -37,6 +38,7 @@ class AdapterBank:
         self._base: Dict[str, torch.Tensor] = {}
         self._added: set = set()
         self._lora: Dict[str, Dict[str, float]] = {}  # task -> {LoRA module: scaling}
+        self._inserted: set = set()  # parameters of modules a method inserted (never part of the base)
         self.active: Optional[str] = None
 
     @property
@@ -56,8 +58,6 @@ class AdapterBank:
         previous = self.active
         self.restore_base()
         lora_modules = _lora_modules(adapter)
-        tensors = {stock_name(n, lora_modules): t for n, t in adapter.tensors.items()}
-        trained = {stock_name(n, lora_modules) for n in cfg.trained_parameters}
         modules = dict(self.model.named_modules())
         for module_name in cfg.added_biases:
             if module_name not in modules:
@@ -65,11 +65,17 @@ class AdapterBank:
             if not has_bias(modules[module_name]):
                 add_zero_bias(modules[module_name])
                 self._added.add(f"{module_name}.bias")
+        before = set(self._params())
+        prepare_base_for(self.model, cfg)  # AdapterBias: its shifts (zero, so the base is unchanged)
+        self._inserted.update(n for n in self._params() if n not in before)
+        dense, sparse = sparse_format.split(adapter.tensors, cfg.sparse_parameters)
+        dense = {stock_name(n, lora_modules): t for n, t in dense.items()}
+        trained = {stock_name(n, lora_modules) for n in cfg.trained_parameters}
         if check_base:
             # The fingerprint covers the stock weights under their stock names (as at training time).
             found = base_fingerprint(
                 _StockView(self.model),
-                exclude=trained | self._added | {f"{m}.bias" for m in cfg.added_biases},
+                exclude=trained | self._added | self._inserted | {f"{m}.bias" for m in cfg.added_biases},
                 head_modules=cfg.head_modules,
             )
             if found != cfg.base_fingerprint:
@@ -80,15 +86,20 @@ class AdapterBank:
         if lora_modules:
             self._add_lora_layers(name, adapter, lora_modules)
         params = self._params()
-        unknown = [n for n in tensors if n not in params]
+        unknown = [n for n in list(dense) + list(sparse) if n not in params]
         if unknown:
             raise AdapterError(f"Adapter {name!r} holds tensors this model lacks: {unknown[:5]}.")
         prepared = {}
-        for tensor_name, tensor in tensors.items():
+        for tensor_name, tensor in dense.items():
             param = params[tensor_name]
             if tensor_name not in self._base:
                 self._base[tensor_name] = param.data
             prepared[tensor_name] = tensor.to(device=param.device, dtype=param.dtype)
+        for tensor_name, (indices, values) in sparse.items():  # entries of a weight: one dense copy per task
+            param = params[tensor_name]
+            if tensor_name not in self._base:
+                self._base[tensor_name] = param.data
+            prepared[tensor_name] = sparse_format.densify(self._base[tensor_name], indices, values)
         self.adapters[name] = adapter
         self._tensors[name] = prepared
         if previous is not None:

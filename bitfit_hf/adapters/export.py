@@ -2,8 +2,7 @@
 
 Biases a model already had are ordinary parameters, so merging is simply saving (methods that insert
 modules, such as LoRA, fold their update into the stock weights through their state's
-``merged_state_dict``). Biases that BitFit
-added need a place in the stock architecture: LLaMA-style configs have ``attention_bias`` and
+``merged_state_dict``). Biases that BitFit added need a place in the stock architecture: LLaMA-style configs have ``attention_bias`` and
 ``mlp_bias`` switches (which create a bias on every projection of that kind; the ones BitFit did not
 add are exported as zeros). A bias added to a norm that the stock class has no bias for cannot be
 represented and is refused with an explanation.
@@ -19,6 +18,7 @@ import torch
 from torch import nn
 
 from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bitfit.layer import HOOK
 from bitfit_hf.tuners.bitfit.model import get_bitfit_state, unwrap
 
@@ -29,6 +29,10 @@ def export_merged(model: nn.Module, save_directory: str, tokenizer=None) -> str:
     """Save ``model`` (with its adapter applied) as a stock checkpoint; returns the directory."""
     model = unwrap(model)
     state = get_bitfit_state(model)
+    refusal = method_spec(state.config.method).not_mergeable if state is not None else ""
+    if refusal:
+        raise AdapterError(f"Cannot export a plain {type(model).__name__} checkpoint: {refusal}. Keep the adapter "
+                           "format (load_adapter / AutoBitFitModel) for this model.")
     added = state.added_biases if state is not None else {}
     hooked = [m for m, kind in added.items() if kind == HOOK]
     if hooked:

@@ -41,7 +41,9 @@ from torch import nn
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bitfit.layer import HOOK_ATTR
+from bitfit_hf.utils.names import is_under
 
 __all__ = ["BASE_TASK", "MultiTaskModel", "MultiTaskOutput"]
 
@@ -142,8 +144,17 @@ class MultiTaskModel(nn.Module):
         self.head_modules = heads
 
         def in_head(name: str) -> bool:
-            return any(name == h or name.startswith(h + ".") for h in heads)
+            return is_under(name, heads)
 
+        for task in self.tasks:
+            method = self.bank.adapters[task].config.method
+            refusal = method_spec(method).not_mergeable
+            if refusal:
+                raise AdapterError(
+                    f"Task {task!r} uses {method}: {refusal}, so it is not a per-task bias delta that a "
+                    "mixed-task batch can route per example. Serve it with AdapterBank.activate(task) on batches "
+                    "of that task alone."
+                )
         bias_names: List[str] = []
         for task in self.tasks:
             for name in self.bank._tensors[task]:
@@ -157,6 +168,13 @@ class MultiTaskModel(nn.Module):
                     raise AdapterError(
                         f"Task {task!r} {what}: mixed-task batches route per-example bias deltas only. Serve "
                         "BitFit + LoRA tasks one at a time with AdapterBank.activate(), from a bank of their own."
+                    )
+                method = self.bank.adapters[task].config.method
+                if method != "bitfit" and self.bank.adapters[task].config.sparse_parameters:
+                    raise AdapterError(
+                        f"Task {task!r} is a {method} adapter (it trains entries of weight matrices such as "
+                        f"{name!r}): mixed-task batches route biases and heads only. Serve it with "
+                        "AdapterBank.activate() (one task per batch) or load_adapter()."
                     )
                 if attr != "bias" or module is None:
                     raise AdapterError(

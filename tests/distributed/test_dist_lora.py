@@ -1,6 +1,6 @@
 """BitFit + LoRA over 2 CPU processes (DDP, and DeepSpeed ZeRO-2): the same training as one process.
 
-dist_train.py --lora trains every bias, the head and LoRA (r 4) on the query and value projections of the
+dist_train.py --method bitfit_lora trains every bias, the head and LoRA (r 4) on the query and value projections of the
 small random BERT; LoRA dropout is off so that both runs draw no random masks.
 """
 
@@ -16,7 +16,7 @@ import dist_harness as H  # noqa: E402
 
 pytestmark = pytest.mark.distributed
 
-KIND = "bert_lora"
+KIND = "bert_bitfit_lora"
 
 
 def _check_lora_trained(run) -> None:

@@ -69,3 +69,22 @@ def add_zero_biases(model: nn.Module, module_names) -> Dict[str, str]:
             raise KeyError(f"The model has no module named {name!r} to add a bias to.")
         added[name] = add_zero_bias(modules[name])
     return added
+
+
+BIAS_INIT_SEED = 0  # fixed, so every rank (and every rerun) draws the same initial biases
+
+
+def initialize_biases(params: Dict[str, nn.Parameter], names, mean_std) -> None:
+    """Fill the named bias parameters from ``normal(mean, std)`` in the given order (``mean_std`` as
+    :func:`bitfit_hf.tuners.bitfit.config.parse_bias_init` returns it; ``None`` leaves them as they are).
+    One fixed-seed generator on CPU draws them, so the values do not depend on the device or the rank."""
+    if mean_std is None:
+        return
+    mean, std = mean_std
+    generator = torch.Generator().manual_seed(BIAS_INIT_SEED)
+    with torch.no_grad():
+        for name in names:
+            param = params[name]
+            values = torch.randn(param.shape, generator=generator, dtype=torch.float32) * std + mean
+            param.copy_(values.to(device=param.device, dtype=param.dtype))
+

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, List, Optional, Union
+from typing import ClassVar, Dict, List, Optional, Tuple, Union
 
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 
@@ -26,6 +26,8 @@ class BitFitLoraConfig(BitFitConfig):
     """
 
     method: ClassVar[str] = "bitfit_lora"
+    role_descriptions: ClassVar[Dict[str, str]] = {LORA: "LoRA matrices (peft lora_A / lora_B)"}
+    own_group_roles: ClassVar[Tuple[str, ...]] = (LORA,)  # the optimizer gives LoRA a group (and rate) of its own
 
     lora_r: int = 8
     lora_alpha: float = 16

@@ -16,8 +16,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit, attach_state, get_bitfit_state, unwrap
-from bitfit_hf.tuners.bitfit.selection import Selection, TrainedTensor, detect_head_modules
+from bitfit_hf.tuners.bitfit.model import apply_bitfit
 from bitfit_hf.tuners.bitfit_lora.config import LORA, BitFitLoraConfig
 from bitfit_hf.tuners.bitfit_lora.layer import (
     inject_lora,
@@ -28,14 +27,23 @@ from bitfit_hf.tuners.bitfit_lora.layer import (
     stock_name,
     wrapped_name,
 )
-from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, match_role
+from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, HEAD, match_role
+from bitfit_hf.tuners.state import (
+    Selection,
+    TrainedTensor,
+    TunerState,
+    detect_head_modules,
+    get_tuner_state,
+    set_tuner_state,
+    unwrap,
+)
 
 DEFAULT_LORA_ROLES = ("b_q", "b_v")  # LoRA on the query and value projections, as in the LoRA paper
 _LAYER = re.compile(r"\.(\d+)\.")
 
 
-class BitFitLoraState(BitFitState):
-    """:class:`BitFitState` plus the LoRA-wrapped module names (stock names) and the LoRA settings."""
+class BitFitLoraState(TunerState):
+    """:class:`TunerState` plus the LoRA-wrapped module names (stock names) and the LoRA settings."""
 
     def __init__(self, selection: Selection, added_biases: Dict[str, str], fingerprint: str, lora_modules: List[str]):
         super().__init__(selection, added_biases, fingerprint)
@@ -101,7 +109,7 @@ def apply_bitfit_lora(model: nn.Module, config: Optional[BitFitLoraConfig] = Non
     """Prepare ``model`` in place for BitFit + LoRA and return the state (also kept on the model)."""
     config = config or BitFitLoraConfig()
     model = unwrap(model)
-    previous = get_bitfit_state(model)
+    previous = get_tuner_state(model)
     if lora_layers(model):
         if isinstance(previous, BitFitLoraState) and previous.config == config:
             return previous
@@ -122,7 +130,7 @@ def apply_bitfit_lora(model: nn.Module, config: Optional[BitFitLoraConfig] = Non
         if is_lora_parameter(name, targets):
             found = _LAYER.search(name)
             lora_entries.append(TrainedTensor(name, LORA, found.group(1) if found else "", param.numel()))
-    head_start = next((i for i, e in enumerate(entries) if e.role == "head"), len(entries))
+    head_start = next((i for i, e in enumerate(entries) if e.role == HEAD), len(entries))
     entries = entries[:head_start] + lora_entries + entries[head_start:]
     selection = dataclasses.replace(bitfit.selection, entries=entries)
 
@@ -131,5 +139,5 @@ def apply_bitfit_lora(model: nn.Module, config: Optional[BitFitLoraConfig] = Non
         param.requires_grad_(name in trained)
     state = BitFitLoraState(selection, dict(bitfit.added_biases), bitfit.fingerprint, targets)
     state.mask_handles = bitfit.mask_handles  # registered on the bias tensors themselves: still valid
-    attach_state(model, state)
+    set_tuner_state(model, state)
     return state
