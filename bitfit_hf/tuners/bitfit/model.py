@@ -11,6 +11,7 @@ from torch import nn
 from bitfit_hf.tuners.bitfit.config import BitFitConfig, parse_bias_init
 from bitfit_hf.tuners.bitfit.layer import add_zero_biases, initialize_biases
 from bitfit_hf.tuners.bitfit.selection import resolve
+from bitfit_hf.tuners.grad_mask import GradMask
 from bitfit_hf.tuners.state import Selection, TunerState, get_tuner_state, set_tuner_state, unwrap
 from bitfit_hf.utils.fingerprint import base_fingerprint
 from bitfit_hf.utils.names import is_under
@@ -61,7 +62,7 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
     params = dict(model.named_parameters())
     for name, chunks in selection.chunk_masks().items():
         mask = _chunk_mask(params[name], chunks)
-        state.mask_handles.append(params[name].register_hook(lambda grad, mask=mask: grad * mask.to(grad.dtype)))
+        state.mask_handles.append(params[name].register_hook(GradMask(mask)))
     set_tuner_state(model, state)
     return state
 

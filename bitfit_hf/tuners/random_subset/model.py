@@ -17,6 +17,7 @@ from bitfit_hf.tuners.bitfit.selection import (
     detect_head_modules,
     resolve,
 )
+from bitfit_hf.tuners.grad_mask import GradMask
 from bitfit_hf.tuners.random_subset.config import RandomSubsetConfig
 from bitfit_hf.tuners.random_subset.draw import candidate_weights, draw_rows_cols, draw_uniform
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, match_role, roles_for
@@ -117,7 +118,7 @@ def apply_random_subset(model: nn.Module, config: Optional[RandomSubsetConfig] =
 
 
 def _mask_gradients(model: nn.Module, state: RandomSubsetState) -> None:
-    """Zero every gradient entry outside the drawn ones (``where``, so a NaN there cannot leak in)."""
+    """Zero every gradient entry outside the drawn ones."""
     for handle in state.mask_handles:
         handle.remove()
     state.mask_handles = []
@@ -127,5 +128,4 @@ def _mask_gradients(model: nn.Module, state: RandomSubsetState) -> None:
         trained = torch.zeros(param.numel(), dtype=torch.bool, device=param.device)
         trained[indices.to(param.device)] = True
         trained = trained.view(param.shape)
-        state.mask_handles.append(param.register_hook(
-            lambda grad, trained=trained: torch.where(trained, grad, torch.zeros((), dtype=grad.dtype, device=grad.device))))
+        state.mask_handles.append(param.register_hook(GradMask(trained)))
