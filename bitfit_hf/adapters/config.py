@@ -72,6 +72,8 @@ class AdapterConfig:
     dtype: str = "float32"
     method: str = "bitfit"
     method_config: Dict[str, Any] = field(default_factory=dict)  # the method's own fields (not BitFit's)
+    base_loading: Dict[str, Any] = field(default_factory=dict)  # GGUF file / quantizer config; {}: full precision
+    base_sketch: Dict[str, Any] = field(default_factory=dict)  # names, shapes, sampled weights (any loading)
     adapter_type: str = ADAPTER_TYPE
     format_version: int = FORMAT_VERSION
     library_name: str = "bitfit-hf"

@@ -95,6 +95,19 @@ class ModelArguments:
         default=None,
         metadata={"help": "Start from a saved BitFit adapter (a directory or Hub id): evaluate it, or keep training it."},
     )
+    gguf_file: Optional[str] = field(
+        default=None,
+        metadata={"help": "Load the model from this GGUF file of --model_name_or_path (transformers dequantises it); "
+                  "needs the `gguf` package. The adapter records it."},
+    )
+    load_in_4bit: bool = field(
+        default=False,
+        metadata={"help": "QBitFit: load the base in 4-bit NF4 with bitsandbytes (bf16 compute) and train float32 "
+                  "biases on it. Needs a CUDA GPU and bitsandbytes."},
+    )
+    load_in_8bit: bool = field(
+        default=False, metadata={"help": "QBitFit: load the base in 8-bit with bitsandbytes. Needs a CUDA GPU and bitsandbytes."}
+    )
 
 
 @dataclass

@@ -108,9 +108,11 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     Returns ``(parsed, bitfit_config)``; ``parsed`` unpacks to model, data, BitFit and training arguments."""
     from transformers import set_seed
 
+    from bitfit_hf.recipe_kit.loading import check_base_loading
     from bitfit_hf.training.distributed import use_available_cpu_threads
 
     parsed = parse_recipe_args(data_class, defaults, argv)
+    check_base_loading(parsed.model)  # --load_in_4bit on a CPU fails here, before any loading
     setup_logging(parsed.training)
     use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread
     log_run_header(parsed, defaults.recipe)
@@ -168,12 +170,15 @@ def check_model_head(config, head: str) -> None:
 
 
 def _hub_kwargs(model_args) -> Dict[str, Any]:
-    return {
+    kwargs = {
         "cache_dir": model_args.cache_dir,
         "revision": model_args.model_revision,
         "token": model_args.token,
         "trust_remote_code": model_args.trust_remote_code,
     }
+    if getattr(model_args, "gguf_file", None):
+        kwargs["gguf_file"] = model_args.gguf_file  # config, tokenizer and weights all come from the file
+    return kwargs
 
 
 def load_config(model_args, source: str, head: str, **config_kwargs):
@@ -203,10 +208,16 @@ def load_tokenizer(model_args, source: str, need_fast: bool = False):
 
 
 def load_model(auto_class, model_args, source: str, config):
+    """The model, loaded as ``--gguf_file`` / ``--load_in_4bit`` / ``--load_in_8bit`` ask (remembered for the adapter)."""
+    from bitfit_hf.recipe_kit.loading import base_loading_kwargs
+    from bitfit_hf.utils.base_loading import remember_base_loading
+
     try:
-        return auto_class.from_pretrained(
-            source, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **_hub_kwargs(model_args)
+        model = auto_class.from_pretrained(
+            source, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **_hub_kwargs(model_args),
+            **base_loading_kwargs(model_args),
         )
+        return remember_base_loading(model, getattr(model_args, "gguf_file", None))
     except RuntimeError as err:
         if "size mismatch" in str(err):
             raise RecipeError(

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 import torch
 import transformers as T
 

@@ -11,7 +11,8 @@ from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.layer import add_zero_biases
 from bitfit_hf.tuners.bitfit.selection import Selection, resolve
 from bitfit_hf.tuners.bitfit.summary import TrainableSummary
-from bitfit_hf.utils.fingerprint import base_fingerprint
+from bitfit_hf.tuners.quantized import check_modules_take_bias, keep_biases_trainable
+from bitfit_hf.utils.fingerprint import base_fingerprint, base_sketch
 from bitfit_hf.utils.zero import full_shape
 
 _STATE_ATTR = "_bitfit_state"
@@ -48,7 +49,8 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
     """Prepare ``model`` for BitFit in place and return what was done.
 
     Adds the zero biases the config asks for, sets ``requires_grad`` on exactly the selected tensors
-    (and off everywhere else), and masks gradients outside the selected chunks of fused biases.
+    (and off everywhere else), and masks gradients outside the selected chunks of fused biases. On a
+    quantized base the trained biases are float32 (see :mod:`bitfit_hf.tuners.quantized`).
     Calling it again with another config re-selects from scratch (added biases stay).
     """
     config = config or BitFitConfig()
@@ -61,14 +63,20 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
     if fingerprint is None:
         # Taken before anything is added or trained, over the tensors this adapter will not carry.
         fingerprint = base_fingerprint(model, exclude=set(selection.parameter_names), head_modules=selection.head_modules)
+        sketch = base_sketch(model, exclude=set(selection.parameter_names), head_modules=selection.head_modules)
+    else:
+        sketch = getattr(previous, "base_sketch", {})
+    check_modules_take_bias(model, [n.rpartition(".")[0] for n in selection.bias_parameter_names])
     added = dict(previous.added_biases) if previous is not None else {}
     added.update(add_zero_biases(model, selection.biases_to_add))
+    keep_biases_trainable(model, selection.bias_parameter_names)  # quantized bases: float32, outside kernels
 
     trained = set(selection.parameter_names)
     for name, param in model.named_parameters():
         param.requires_grad_(name in trained)
 
     state = BitFitState(selection, added, fingerprint)
+    state.base_sketch = sketch  # recognises this base loaded another way (adapters/base_check.py)
     params = dict(model.named_parameters())
     for name, chunks in selection.chunk_masks().items():
         mask = _chunk_mask(params[name], chunks)
