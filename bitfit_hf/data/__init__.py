@@ -3,6 +3,7 @@
 from bitfit_hf.data.readers import (
     MOVIE_REVIEW_LABELS,
     read_conll,
+    read_editorial_articles,
     read_movie_reviews,
     read_squad_json,
     read_tagged_text,
@@ -11,6 +12,7 @@ from bitfit_hf.data.readers import (
 __all__ = [
     "MOVIE_REVIEW_LABELS",
     "read_conll",
+    "read_editorial_articles",
     "read_movie_reviews",
     "read_squad_json",
     "read_tagged_text",

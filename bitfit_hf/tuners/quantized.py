@@ -79,20 +79,19 @@ def _refuse(method: str, module_name: str, module: nn.Module, why: str) -> Quant
     )
 
 
-def check_modules_take_bias(model: nn.Module, module_names: Iterable[str]) -> None:
-    """Refuse, naming the quantizer, when a module to train cannot hold a trainable bias."""
+def check_modules_take_bias(model: nn.Module) -> None:
+    """Refuse, naming the quantizer and the layer, a quantized model whose layers keep their bias as
+    something other than a float parameter (a buffer, packed integers): BitFit could not train it, and
+    ``bias_terms="all"`` would silently leave it out."""
     method = quantization_method(model)
     if method is None:
         return
-    modules = dict(model.named_modules())
-    for name in module_names:
-        module = modules.get(name)
-        if module is None:
-            continue
-        bias = getattr(module, "bias", None)
-        if bias is not None and not isinstance(bias, nn.Parameter):
+    for name, module in model.named_modules():
+        bias = module.__dict__.get("_buffers", {}).get("bias")
+        if bias is not None:
             raise _refuse(method, name, module, "whose bias is a buffer, not a parameter")
-        if isinstance(bias, nn.Parameter) and not bias.is_floating_point():
+        bias = module._parameters.get("bias")
+        if bias is not None and not bias.is_floating_point():
             raise _refuse(method, name, module, f"whose bias is stored as {bias.dtype}")
 
 

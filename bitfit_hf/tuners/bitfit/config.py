@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Union
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 from bitfit_hf.tuners.roles import ALL_ROLES, PRESETS
 
@@ -26,6 +26,8 @@ class BitFitConfig:
         bias_learning_rate / head_learning_rate: per-group learning rates for ``BitFitTrainer``;
             ``None`` uses ``TrainingArguments.learning_rate``.
         save_full_model: ``BitFitTrainer.save_model`` writes a full checkpoint instead of the adapter.
+        added_bias_init: how biases added by ``add_missing_biases`` start: ``"zero"`` (outputs unchanged)
+            or ``"normal:MEAN,STD"`` (drawn from torch's global generator, so ``set_seed`` fixes them).
     """
 
     method: ClassVar[str] = "bitfit"
@@ -38,8 +40,10 @@ class BitFitConfig:
     bias_learning_rate: Optional[float] = None
     head_learning_rate: Optional[float] = None
     save_full_model: bool = False
+    added_bias_init: str = "zero"
 
     def __post_init__(self) -> None:
+        parse_added_bias_init(self.added_bias_init)
         self.bias_terms = normalize_bias_terms(self.bias_terms)
         self.patterns = list(self.patterns or [])
         for lr_name in ("bias_learning_rate", "head_learning_rate"):
@@ -100,3 +104,17 @@ def normalize_bias_terms(bias_terms: Union[str, Sequence[str], None]) -> List[st
             + ". For anything else use `patterns=[regex, ...]`."
         )
     return list(dict.fromkeys(items))
+
+
+def parse_added_bias_init(spec: str) -> Optional[Tuple[float, float]]:
+    """``"zero"`` -> ``None``; ``"normal:MEAN,STD"`` -> ``(mean, std)``; anything else is an error."""
+    if spec in (None, "", "zero"):
+        return None
+    kind, _, args = str(spec).partition(":")
+    try:
+        mean, std = (float(v) for v in args.split(","))
+    except ValueError:
+        mean = std = None
+    if kind != "normal" or std is None or not std >= 0:
+        raise ValueError(f"added_bias_init {spec!r}: use 'zero' or 'normal:MEAN,STD' (e.g. 'normal:0,0.01').")
+    return mean, std

@@ -8,7 +8,7 @@ name and a forward hook adds it to the output, which is ``x + 0 == x`` until it 
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import nn
@@ -40,8 +40,9 @@ def _add_bias_to_output(module: nn.Module, args, output):
     return output + module.bias.to(output.dtype)
 
 
-def add_zero_bias(module: nn.Module) -> str:
-    """Give ``module`` a trainable zero bias; returns how it is applied (``"native"`` or ``"hook"``)."""
+def add_zero_bias(module: nn.Module, init: Optional[Tuple[float, float]] = None) -> str:
+    """Give ``module`` a trainable zero bias (or one drawn from ``normal(*init)``); returns how it is
+    applied (``"native"`` or ``"hook"``)."""
     if has_bias(module):
         raise ValueError(f"{type(module).__name__} already has a bias; nothing to add.")
     kind = bias_kind(module)
@@ -54,6 +55,9 @@ def add_zero_bias(module: nn.Module) -> str:
     # A quantized weight (uint8 / int8 storage) gives no bias dtype: such biases are float32.
     dtype = weight.dtype if weight.is_floating_point() else torch.float32
     bias = nn.Parameter(torch.zeros(size, dtype=dtype, device=weight.device))
+    if init is not None:
+        with torch.no_grad():
+            bias.normal_(*init)
     if kind == NATIVE:
         module.bias = bias
     else:
@@ -62,12 +66,12 @@ def add_zero_bias(module: nn.Module) -> str:
     return kind
 
 
-def add_zero_biases(model: nn.Module, module_names) -> Dict[str, str]:
-    """Add zero biases to the named modules of ``model``; returns ``{module name: kind}``."""
+def add_zero_biases(model: nn.Module, module_names, init: Optional[Tuple[float, float]] = None) -> Dict[str, str]:
+    """Add zero (or ``normal(*init)``) biases to the named modules of ``model``; returns ``{module name: kind}``."""
     modules = dict(model.named_modules())
     added = {}
     for name in module_names:
         if name not in modules:
             raise KeyError(f"The model has no module named {name!r} to add a bias to.")
-        added[name] = add_zero_bias(modules[name])
+        added[name] = add_zero_bias(modules[name], init)
     return added

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from bitfit_hf.tuners.bitfit.config import BitFitConfig
+from bitfit_hf.tuners.bitfit.config import BitFitConfig, parse_added_bias_init
 from bitfit_hf.tuners.bitfit.layer import add_zero_biases
 from bitfit_hf.tuners.bitfit.selection import Selection, resolve
 from bitfit_hf.tuners.bitfit.summary import TrainableSummary
@@ -58,6 +58,8 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
     if previous is not None:
         for handle in previous.mask_handles:
             handle.remove()
+    if not config.is_full_finetuning and config.preset != "frozen":
+        check_modules_take_bias(model)  # a quantizer whose layers cannot hold a trainable bias: refused by name
     selection = resolve(model, config)
     fingerprint = previous.fingerprint if previous is not None else None
     if fingerprint is None:
@@ -66,9 +68,8 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
         sketch = base_sketch(model, exclude=set(selection.parameter_names), head_modules=selection.head_modules)
     else:
         sketch = getattr(previous, "base_sketch", {})
-    check_modules_take_bias(model, [n.rpartition(".")[0] for n in selection.bias_parameter_names])
     added = dict(previous.added_biases) if previous is not None else {}
-    added.update(add_zero_biases(model, selection.biases_to_add))
+    added.update(add_zero_biases(model, selection.biases_to_add, parse_added_bias_init(config.added_bias_init)))
     keep_biases_trainable(model, selection.bias_parameter_names)  # quantized bases: float32, outside kernels
 
     trained = set(selection.parameter_names)
