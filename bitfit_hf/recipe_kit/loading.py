@@ -37,6 +37,11 @@ def check_base_loading(model_args) -> None:
             raise RecipeError(f"--{wanted[0]} needs the `bitsandbytes` package: pip install bitsandbytes")
 
 
+#: Task heads (and the LM head) stay unquantized (float32, like every module bitsandbytes leaves alone),
+#: so they can be trained.
+HEAD_MODULES = ["score", "classifier", "qa_outputs", "lm_head"]
+
+
 def base_loading_kwargs(model_args) -> Dict[str, Any]:
     """The ``from_pretrained`` arguments that load the base as asked (4-bit: NF4, bf16 compute, as QLoRA)."""
     if getattr(model_args, "load_in_4bit", False):
@@ -45,11 +50,11 @@ def base_loading_kwargs(model_args) -> Dict[str, Any]:
 
         return {"quantization_config": BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
-            bnb_4bit_use_double_quant=True)}
+            bnb_4bit_use_double_quant=True, llm_int8_skip_modules=HEAD_MODULES)}
     if getattr(model_args, "load_in_8bit", False):
         from transformers import BitsAndBytesConfig
 
-        return {"quantization_config": BitsAndBytesConfig(load_in_8bit=True)}
+        return {"quantization_config": BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=HEAD_MODULES)}
     return {}
 
 

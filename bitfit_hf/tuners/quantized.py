@@ -122,3 +122,20 @@ def keep_biases_trainable(model: nn.Module, parameter_names: Iterable[str]) -> L
             apply_bias_outside(module)
             outside.append(module_name)
     return outside
+
+
+def check_selected_are_float(model: nn.Module, parameter_names: Iterable[str]) -> None:
+    """A selected tensor the quantizer packed (a task head quantized with the rest) cannot be trained:
+    say which, and how to keep it in full precision."""
+    method = quantization_method(model)
+    if method is None:
+        return
+    params = dict(model.named_parameters())
+    packed = [n for n in parameter_names if n in params and not params[n].is_floating_point()]
+    if packed:
+        modules = sorted({n.rpartition(".")[0] for n in packed})
+        raise QuantizedBaseError(
+            f"{packed[0]} was quantized by {method} ({params[packed[0]].dtype}), so BitFit cannot train it. Keep "
+            f"the task head in full precision when loading, e.g. BitsAndBytesConfig(..., llm_int8_skip_modules="
+            f"{modules!r}); the bitfit-hf recipes do this for the usual head names."
+        )

@@ -87,3 +87,13 @@ def test_added_bias_init_normal_draws_from_the_seeded_generator():
     assert abs(float(bias.mean()) - 0.5) < 0.02 and 0 < float(bias.std()) < 0.03
     with pytest.raises(ValueError, match="normal:MEAN,STD"):
         BitFitConfig(added_bias_init="uniform")
+
+
+def test_a_quantized_head_is_refused_with_the_fix():
+    from transformers import LlamaForSequenceClassification
+
+    model = LlamaForSequenceClassification(tiny_llama(quant=None).config)
+    mark_quantized(model, "bitsandbytes")
+    model.score.weight = nn.Parameter(torch.zeros(2, 16, dtype=torch.uint8), requires_grad=False)
+    with pytest.raises(QuantizedBaseError, match=r"score\.weight was quantized by bitsandbytes.*llm_int8_skip_modules=\['score'\]"):
+        apply_bitfit(model, BitFitConfig("all", add_missing_biases=True))

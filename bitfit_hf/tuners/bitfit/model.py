@@ -11,7 +11,7 @@ from bitfit_hf.tuners.bitfit.config import BitFitConfig, parse_added_bias_init
 from bitfit_hf.tuners.bitfit.layer import add_zero_biases
 from bitfit_hf.tuners.bitfit.selection import Selection, resolve
 from bitfit_hf.tuners.bitfit.summary import TrainableSummary
-from bitfit_hf.tuners.quantized import check_modules_take_bias, keep_biases_trainable
+from bitfit_hf.tuners.quantized import check_modules_take_bias, check_selected_are_float, keep_biases_trainable
 from bitfit_hf.utils.fingerprint import base_fingerprint, base_sketch
 from bitfit_hf.utils.zero import full_shape
 
@@ -61,6 +61,7 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
     if not config.is_full_finetuning and config.preset != "frozen":
         check_modules_take_bias(model)  # a quantizer whose layers cannot hold a trainable bias: refused by name
     selection = resolve(model, config)
+    check_selected_are_float(model, selection.parameter_names)  # e.g. a task head the quantizer packed
     fingerprint = previous.fingerprint if previous is not None else None
     if fingerprint is None:
         # Taken before anything is added or trained, over the tensors this adapter will not carry.
