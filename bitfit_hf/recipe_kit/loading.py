@@ -60,7 +60,8 @@ def base_loading_kwargs(model_args) -> Dict[str, Any]:
 
 def ensure_pad_token(tokenizer, model=None) -> None:
     """Decoder-only models often have no padding token, and their classification heads need one to find
-    each sequence's last token: use the end-of-sequence token, as transformers' examples do."""
+    each sequence's last token: use the end-of-sequence token, as transformers' examples do. Also caps a
+    tokenizer that reports no length limit at the model's position count."""
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise RecipeError(f"{type(tokenizer).__name__} has neither a padding nor an end-of-sequence token.")
@@ -68,3 +69,7 @@ def ensure_pad_token(tokenizer, model=None) -> None:
         logger.info("The tokenizer has no padding token: using its end-of-sequence token %r.", tokenizer.eos_token)
     if model is not None and getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
+    # A tokenizer read from a GGUF file reports no length limit (about 1e30), which overflows truncation.
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if limit and (tokenizer.model_max_length or 0) > limit:
+        tokenizer.model_max_length = limit
