@@ -47,6 +47,7 @@ def machine_info() -> dict:
         "cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -59,7 +60,7 @@ def machine_info() -> dict:
 def footer(info: dict) -> str:
     """The lines under every table: machine, versions, date, malloc tuning, load, and the exact command."""
     return (f"Machine: {info['cpu']} ({info['cpus']} CPUs, {info['torch_threads']} torch threads"
-            f"{', GPU ' + info['gpu'] if info.get('gpu') else ''}); Python {info['python']}, torch {info['torch']}, "
+            f"{', GPU ' + info['gpu'] if info.get('gpu') else ''}{', CUDA ' + info['cuda'] if info.get('cuda') else ''}); Python {info['python']}, torch {info['torch']}, "
             f"transformers {info['transformers']}, peft {info['peft']}; {info['date']}; "
             f"glibc malloc settings {info.get('malloc_env') or 'default'}; load average before {info['load_before']}, "
             f"after {info['load_after']}.\nCommand: `{info['command'].strip()}`\n")

@@ -126,7 +126,7 @@ def _batch(n: int, seq: int, vocab: int, seed: int = 1):
 def measure_sizes(base, tmp: str) -> dict:
     import torch
 
-    from bitfit_hf.adapters.config import WEIGHTS_NAME
+    from bitfit_hf.utils.constants import WEIGHTS_NAME
 
     out = {}
     full_dir = os.path.join(tmp, "full32")

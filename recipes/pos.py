@@ -6,6 +6,7 @@
     python recipes/pos.py --train_file train.conll --validation_file dev.conll  # CoNLL columns
     python recipes/pos.py --dataset_name <hub dataset> --label_column_name pos_tags
     python recipes/pos.py --method full                                # full fine-tuning baseline
+    python recipes/pos.py --method adapterbias                         # AdapterBias (lr 1e-4)
 
 Each word's tag goes on its first sub-token; the other sub-tokens are ignored by the loss and the
 metric, so `eval_accuracy` is token accuracy over words. Input formats: `word/TAG` text (one sentence
@@ -23,7 +24,7 @@ import numpy as np
 from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification
 
 from bitfit_hf import BitFitTrainer
-from bitfit_hf.metrics.tokens import token_accuracy
+from bitfit_hf.metrics.loading import load_metric
 from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
@@ -127,8 +128,9 @@ def main(argv=None):
                 logger.warning("%d words of the %s split lost to truncation at %d tokens (not scored); raise "
                                "--max_seq_length.", dropped, split, max_seq_length)
 
-    def compute_metrics(eval_pred):
-        return {"accuracy": token_accuracy(eval_pred.predictions, eval_pred.label_ids)}
+    def compute_metrics(eval_pred):  # the packaged `evaluate` module, offline
+        logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
+        return load_metric("token_accuracy").compute(predictions=np.argmax(logits, -1), references=eval_pred.label_ids)
 
     # 6. BitFitTrainer: trains the selected biases and the head (everything with --method full).
     trainer = BitFitTrainer(

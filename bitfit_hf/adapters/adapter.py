@@ -3,8 +3,10 @@
 An adapter directory holds ``adapter_config.json`` and ``adapter_model.safetensors`` (the trained
 tensors only). The config is also embedded in the safetensors header, and the weights file is the
 last thing a save replaces, so the weights file alone always describes a consistent adapter: a crash
-between the two renames leaves either the old or the new adapter, never a mix. Nothing is ever
-unpickled.
+between the two renames leaves either the old or the new adapter, never a mix; a stale
+``adapter_config.json`` left by such a crash is rewritten from the embedded config on the next load.
+The config records a sha256 of the tensors (``bitfit_hf.adapters.integrity``): a corrupted file is
+refused with an error instead of loading wrong numbers. Nothing is ever unpickled.
 """
 
 from __future__ import annotations
@@ -18,22 +20,21 @@ from typing import Dict, Optional, Union
 import torch
 from torch import nn
 
+from bitfit_hf.adapters import sparse as sparse_format
 from bitfit_hf.adapters.base_check import check_same_base
 from bitfit_hf.adapters.config import (
-    CONFIG_NAME,
-    SUMMARY_NAME,
-    WEIGHTS_NAME,
+    FORMAT_VERSION,
     AdapterConfig,
     AdapterError,
-    BaseModelMismatchError,  # noqa: F401 - re-exported
     task_type_of,
 )
+from bitfit_hf.adapters.integrity import tensors_digest, verify_tensors
 from bitfit_hf.adapters.remote import remote_store
-from bitfit_hf.tuners import apply_method
+from bitfit_hf.tuners import apply_method, method_spec
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import get_bitfit_state, trainable_state_dict, unwrap
 from bitfit_hf.utils.base_loading import describe_base_loading
-from bitfit_hf.utils.constants import __version__
+from bitfit_hf.utils.constants import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, __version__
 from bitfit_hf.utils.io import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,9 @@ class BitFitAdapter:
             raise AdapterError("bias_terms='full' trains every weight: save the full model with save_pretrained().")
         inner = unwrap(model)
         tensors = tensors if tensors is not None else trainable_state_dict(inner)
+        sparse = getattr(state, "sparse_indices", None) or {}
+        tensors = sparse_format.pack(tensors, sparse)  # partially trained tensors: their entries only
+        floating = [t for t in tensors.values() if t.is_floating_point()]
         hf_config = getattr(inner, "config", None)
         architecture = type(inner).__name__
         id2label = getattr(hf_config, "id2label", None)
@@ -94,12 +98,13 @@ class BitFitAdapter:
             method=cfg.method,
             method_config=method_fields(cfg),
             base_loading=describe_base_loading(inner),
-            base_sketch=dict(getattr(state, "base_sketch", None) or {}),
+            base_sketch=dict(state.base_sketch),
+            sparse_parameters=[n for n in state.selection.parameter_names if n in sparse],
             num_labels=getattr(hf_config, "num_labels", None) if task_type_of(architecture) else None,
             id2label={str(k): v for k, v in id2label.items()} if id2label else None,
             label2id={str(k): int(v) for k, v in label2id.items()} if label2id else None,
             problem_type=getattr(hf_config, "problem_type", None),
-            dtype=str(next(iter(tensors.values())).dtype).replace("torch.", "") if tensors else "float32",
+            dtype=str(floating[0].dtype).replace("torch.", "") if floating else "float32",
             library_version=__version__,
             metadata=dict(metadata or {}),
         )
@@ -107,20 +112,29 @@ class BitFitAdapter:
 
     # ---- saving --------------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str, dtype: Optional[Union[str, torch.dtype]] = None) -> None:
-        """Write the adapter atomically; ``dtype="float16"`` halves the file (off by default)."""
+        """Write the adapter atomically; ``dtype="float16"`` halves the file (off by default).
+
+        The config records a content hash of the tensors (checked on load) and, like every metadata
+        field, never a credential.
+        """
         from safetensors.torch import save
 
         tensors = self.tensors
-        config = self.config
         if dtype is not None:
             dtype = _DTYPES[dtype] if isinstance(dtype, str) else dtype
-            tensors = {k: v.to(dtype) for k, v in tensors.items()}
-            config = AdapterConfig.from_dict({**config.to_dict(), "dtype": str(dtype).replace("torch.", "")})
+            tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
+        tensors = {k: v.contiguous() for k, v in tensors.items()}
+        fields = {"format_version": FORMAT_VERSION, "tensors_sha256": tensors_digest(tensors)}
+        if dtype is not None:
+            fields["dtype"] = str(dtype).replace("torch.", "")
+        else:  # the same tensors as in memory: keep this object's config in step with the file
+            self.config.format_version, self.config.tensors_sha256 = fields["format_version"], fields["tensors_sha256"]
+        config = AdapterConfig.from_dict({**self.config.to_dict(), **fields})
         os.makedirs(save_directory, exist_ok=True)
         text = config.to_json()
         # JSON first, weights (which embed the same config) last: the weights file is the commit point.
         write_text_atomic(os.path.join(save_directory, CONFIG_NAME), text)
-        data = save({k: v.contiguous() for k, v in tensors.items()}, metadata={"format": "pt", _METADATA_KEY: text})
+        data = save(tensors, metadata={"format": "pt", _METADATA_KEY: text})
         write_bytes_atomic(os.path.join(save_directory, WEIGHTS_NAME), canonical_safetensors(data))
 
     def push_to_hub(self, repo_id: str, **kwargs):
@@ -161,23 +175,22 @@ class BitFitAdapter:
             raise AdapterError(f"{directory!r} has no {WEIGHTS_NAME}: it is not a BitFit adapter directory.")
         tensors, embedded = read_safetensors(weights_path)
         config_path = os.path.join(directory, CONFIG_NAME)
-        on_disk = None
+        on_disk, on_disk_error = None, None
         if os.path.isfile(config_path):
-            with open(config_path, encoding="utf-8") as handle:
-                on_disk = AdapterConfig.from_json(handle.read(), config_path)  # errors on bad JSON / fields
+            try:
+                with open(config_path, encoding="utf-8") as handle:
+                    on_disk = AdapterConfig.from_json(handle.read(), config_path)  # errors on bad JSON / fields
+            except (AdapterError, OSError, UnicodeDecodeError) as err:
+                on_disk_error = err if isinstance(err, AdapterError) else AdapterError(f"cannot read {config_path}: {err}")
         if embedded is not None:
             config = AdapterConfig.from_json(embedded, f"the config embedded in {weights_path}")
-            if on_disk is not None and on_disk.to_dict() != config.to_dict():
-                logger.warning(
-                    "%s does not match the config embedded in %s (an interrupted save?); using the embedded one, "
-                    "which always belongs to these weights.",
-                    config_path,
-                    WEIGHTS_NAME,
-                )
         elif on_disk is not None:
             config = on_disk
+        elif on_disk_error is not None:
+            raise on_disk_error
         else:
             raise AdapterError(f"{directory!r} has no {CONFIG_NAME}: it is not a BitFit adapter directory.")
+        verify_tensors(config, tensors, weights_path)
         missing = [n for n in config.adapter_parameters if n not in tensors]
         extra = [n for n in tensors if n not in config.adapter_parameters]
         if missing or extra:
@@ -185,6 +198,8 @@ class BitFitAdapter:
                 f"{weights_path} does not hold the tensors its config lists "
                 f"(missing: {missing[:5]}, unexpected: {extra[:5]}); the adapter is damaged."
             )
+        if embedded is not None and (on_disk_error is not None or (on_disk is not None and on_disk.to_dict() != config.to_dict())):
+            _repair_stale_config(config_path, embedded)
         return cls(config, tensors)
 
     # ---- applying ------------------------------------------------------------------------------
@@ -202,6 +217,7 @@ class BitFitAdapter:
                 f"This adapter is for a {cfg.model_type!r} model ({cfg.architecture} on "
                 f"{cfg.base_model_name_or_path}); the model given is a {found_type!r} ({type(inner).__name__})."
             )
+        prepare_base_for(inner, cfg)  # modules the tensors live in (AdapterBias's shifts), before any check
         self._check_shapes_before_prepare(inner)
         state = get_bitfit_state(inner)
         if state is None or state.selection.parameter_names != cfg.trained_parameters:
@@ -214,10 +230,19 @@ class BitFitAdapter:
             )
         if check_base:
             check_same_base(cfg, state, inner)  # exact fingerprint, or the same base loaded another way
+        dense, sparse = sparse_format.split(self.tensors, cfg.sparse_parameters)
+        drawn = getattr(state, "sparse_indices", None)
+        if sparse and drawn is not None and (set(drawn) != set(sparse) or any(
+                not torch.equal(drawn[n].cpu(), sparse[n][0]) for n in sparse)):
+            logger.warning("The entries drawn on this machine differ from the adapter's recorded ones; "
+                           "training on from here uses the recorded ones.")
+            state.use_indices(inner, {n: indices for n, (indices, _) in sparse.items()})
         params = dict(inner.named_parameters())
         with torch.no_grad():
-            for name, tensor in self.tensors.items():
+            for name, tensor in dense.items():
                 params[name].copy_(tensor.to(params[name].device))
+            for name, (indices, values) in sparse.items():
+                sparse_format.scatter_(params[name], indices, values)
         if cfg.id2label:
             inner.config.id2label = {int(k): v for k, v in cfg.id2label.items()}
             inner.config.label2id = {k: int(v) for k, v in (cfg.label2id or {}).items()}
@@ -228,7 +253,20 @@ class BitFitAdapter:
     def _check_shapes_before_prepare(self, model: nn.Module) -> None:
         params = dict(model.named_parameters())
         added = {f"{m}.bias" for m in self.config.added_biases}
-        for name, tensor in self.tensors.items():
+        try:
+            dense, sparse = sparse_format.split(self.tensors, self.config.sparse_parameters)
+        except KeyError as err:
+            raise AdapterError(f"The adapter lists {err.args[0]!r} as a sparse tensor but does not hold it; it is damaged.") from None
+        for name, (indices, values) in sparse.items():
+            if name not in params:
+                raise AdapterError(
+                    f"The adapter trains entries of {name!r}, which this {type(model).__name__} does not have: "
+                    f"the adapter is for {self.config.architecture} ({self.config.base_model_name_or_path})."
+                )
+            problems = sparse_format.check(name, indices, values, params[name].numel())
+            if problems:
+                raise AdapterError(f"The adapter's sparse tensors do not fit this model: {problems[0]}.")
+        for name, tensor in dense.items():
             if name in added and name not in params:
                 continue
             if name not in params:
@@ -250,6 +288,38 @@ class BitFitAdapter:
 
     def write_summary(self, save_directory: str, summary: dict) -> None:
         write_json_atomic(os.path.join(save_directory, SUMMARY_NAME), summary)
+
+
+def prepare_base_for(model: nn.Module, config: AdapterConfig) -> None:
+    """Insert into a stock ``model`` the modules that hold the tensors of an adapter of ``config``'s
+    method (nothing for BitFit), so the tensors have somewhere to load."""
+    try:
+        spec = method_spec(config.method)
+    except ValueError as err:
+        raise AdapterError(str(err)) from None
+    if spec.prepare_base is not None:
+        try:
+            spec.prepare_base(model, config.tuner_config())
+        except ValueError as err:
+            raise AdapterError(f"Cannot prepare this {type(model).__name__} for the {config.method} adapter: {err}") from None
+
+
+def _repair_stale_config(config_path: str, embedded: str) -> None:
+    """``adapter_config.json`` disagrees with the config embedded in the weights (a save interrupted
+    between its two renames, or a hand edit): the embedded one belongs to these weights and is used;
+    rewrite the side file from it when the folder is ours to write (never a Hub cache symlink)."""
+    if os.path.islink(config_path) or not os.access(os.path.dirname(os.path.abspath(config_path)), os.W_OK):
+        logger.warning("%s does not match the config embedded in %s; using the embedded one, which always belongs "
+                       "to these weights.", config_path, WEIGHTS_NAME)
+        return
+    try:
+        write_text_atomic(config_path, embedded)
+    except OSError as err:
+        logger.warning("%s is stale (the weights embed another config, which is used); rewriting it failed: %s",
+                       config_path, err)
+        return
+    logger.warning("%s did not match the config embedded in %s (an interrupted save?); rewrote it from the embedded "
+                   "config, which always belongs to these weights.", config_path, WEIGHTS_NAME)
 
 
 def method_fields(config) -> dict:
@@ -286,8 +356,12 @@ def read_safetensors(path: str):
             f"{path} is truncated or corrupt, not a valid safetensors file ({err}): download or save the "
             "adapter again."
         ) from None
-    metadata = header.get("__metadata__") or {}
-    return tensors, metadata.get(_METADATA_KEY)
+    metadata = (header.get("__metadata__") or {}) if isinstance(header, dict) else None
+    embedded = metadata.get(_METADATA_KEY) if isinstance(metadata, dict) else None
+    if not isinstance(metadata, dict) or not (embedded is None or isinstance(embedded, str)):
+        raise AdapterError(f"{path} has a damaged header (its metadata is not a map of strings): download or save the "
+                           "adapter again.")
+    return tensors, embedded
 
 
 def canonical_safetensors(data: bytes) -> bytes:

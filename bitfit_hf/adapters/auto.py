@@ -49,6 +49,7 @@ class AutoBitFitModel:
         if not source:
             raise AdapterError("The adapter records no base model: pass base_model= (a path or a Hub id).")
         kwargs = dict(model_kwargs)
+        _check_label_kwargs(cfg, kwargs)
         if cfg.num_labels and cfg.task_type in ("SEQ_CLS", "TOKEN_CLS"):
             kwargs.setdefault("num_labels", cfg.num_labels)
             if cfg.id2label:
@@ -68,3 +69,21 @@ class AutoBitFitModel:
         model = model_cls.from_pretrained(source, **kwargs)
         remember_base_loading(model, kwargs.get("gguf_file"))
         return adapter.apply_to(model, check_base=check_base)
+
+
+def _check_label_kwargs(cfg, kwargs) -> None:
+    """The adapter brings its own head: a label count or label names that contradict it are an error,
+    not a silently ignored argument (transformers takes the count from ``id2label``)."""
+    if not cfg.num_labels or cfg.task_type not in ("SEQ_CLS", "TOKEN_CLS"):
+        return
+    asked = kwargs.get("num_labels")
+    id2label = kwargs.get("id2label")
+    if asked is None and id2label is not None:
+        asked = len(id2label)
+    if asked is not None and int(asked) != cfg.num_labels:
+        names = f" ({', '.join(str(cfg.id2label[k]) for k in sorted(cfg.id2label, key=int))})" if cfg.id2label else ""
+        raise AdapterError(
+            f"This adapter's head has {cfg.num_labels} labels{names}; num_labels={asked} does not fit it. Drop "
+            "num_labels / id2label (the adapter brings its head and label names), or train a new adapter for "
+            f"{asked} labels."
+        )

@@ -12,7 +12,8 @@ from typing import Dict, List, Optional, Union
 import torch
 from torch import nn
 
-from bitfit_hf.adapters.adapter import BitFitAdapter
+from bitfit_hf.adapters import sparse as sparse_format
+from bitfit_hf.adapters.adapter import BitFitAdapter, prepare_base_for
 from bitfit_hf.adapters.config import AdapterError, BaseModelMismatchError
 from bitfit_hf.tuners.bitfit.layer import add_zero_bias, has_bias
 from bitfit_hf.tuners.bitfit.model import unwrap
@@ -28,6 +29,7 @@ class AdapterBank:
         self._tensors: Dict[str, Dict[str, torch.Tensor]] = {}
         self._base: Dict[str, torch.Tensor] = {}
         self._added: set = set()
+        self._inserted: set = set()  # parameters of modules a method inserted (never part of the base)
         self.active: Optional[str] = None
 
     @property
@@ -53,14 +55,19 @@ class AdapterBank:
             if not has_bias(modules[module_name]):
                 add_zero_bias(modules[module_name])
                 self._added.add(f"{module_name}.bias")
+        before = {n for n, _ in self.model.named_parameters()}
+        prepare_base_for(self.model, cfg)  # AdapterBias: its shifts (zero, so the base is unchanged)
         params = dict(self.model.named_parameters())
-        unknown = [n for n in adapter.tensors if n not in params]
+        self._inserted.update(n for n in params if n not in before)
+        dense, sparse = sparse_format.split(adapter.tensors, cfg.sparse_parameters)
+        unknown = [n for n in list(dense) + list(sparse) if n not in params]
         if unknown:
             raise AdapterError(f"Adapter {name!r} holds tensors this model lacks: {unknown[:5]}.")
         if check_base:
             found = base_fingerprint(
                 self.model,
-                exclude=set(cfg.trained_parameters) | self._added | {f"{m}.bias" for m in cfg.added_biases},
+                exclude=(set(cfg.trained_parameters) | self._added | self._inserted
+                         | {f"{m}.bias" for m in cfg.added_biases}),
                 head_modules=cfg.head_modules,
             )
             if found != cfg.base_fingerprint:
@@ -69,11 +76,16 @@ class AdapterBank:
                     f"weights differ (fingerprint {found}, expected {cfg.base_fingerprint})."
                 )
         prepared = {}
-        for tensor_name, tensor in adapter.tensors.items():
+        for tensor_name, tensor in dense.items():
             param = params[tensor_name]
             if tensor_name not in self._base:
                 self._base[tensor_name] = param.data
             prepared[tensor_name] = tensor.to(device=param.device, dtype=param.dtype)
+        for tensor_name, (indices, values) in sparse.items():  # entries of a weight: one dense copy per task
+            param = params[tensor_name]
+            if tensor_name not in self._base:
+                self._base[tensor_name] = param.data
+            prepared[tensor_name] = sparse_format.densify(self._base[tensor_name], indices, values)
         self.adapters[name] = adapter
         self._tensors[name] = prepared
         if previous is not None:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bitfit.layer import HOOK
 from bitfit_hf.tuners.bitfit.model import get_bitfit_state, unwrap
 
@@ -27,6 +28,10 @@ def export_merged(model: nn.Module, save_directory: str, tokenizer=None) -> str:
     """Save ``model`` (with its adapter applied) as a stock checkpoint; returns the directory."""
     model = unwrap(model)
     state = get_bitfit_state(model)
+    refusal = method_spec(state.config.method).not_mergeable if state is not None else ""
+    if refusal:
+        raise AdapterError(f"Cannot export a plain {type(model).__name__} checkpoint: {refusal}. Keep the adapter "
+                           "format (load_adapter / AutoBitFitModel) for this model.")
     added = state.added_biases if state is not None else {}
     hooked = [m for m, kind in added.items() if kind == HOOK]
     if hooked:

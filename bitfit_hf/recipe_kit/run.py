@@ -9,7 +9,7 @@ Output directory of a run (``--output_dir``):
 * ``train_results.json``, ``eval_results.json`` (``eval_*`` after training, ``init_eval_*`` for the
   untrained model), ``predict_results.json`` and ``all_results.json`` (all of them merged), as
   transformers' example scripts write them; ``trainer_state.json``;
-* ``run_args.json``: every argument of the run (tokens left out) and the defaults the recipe chose;
+* ``run_args.json``: every argument of the run (credentials redacted) and the defaults the recipe chose;
 * the recipe's predictions with ``--do_predict``.
 """
 
@@ -24,8 +24,11 @@ from typing import Any, Callable, Dict, Optional
 
 from bitfit_hf.recipe_kit.args import DEFAULT_MODEL_ID, ParsedArgs, RecipeDefaults, parse_recipe_args
 from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.training.checkpoints import last_complete_checkpoint
+from bitfit_hf.utils.constants import RUN_ARGS_NAME, SUMMARY_NAME
 from bitfit_hf.utils.errors import exit_on_user_error
 from bitfit_hf.utils.io import write_json_atomic
+from bitfit_hf.utils.secrets import install_log_redaction, redact, redact_argv
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +36,10 @@ __all__ = [
     "start_run",
     "setup_logging",
     "log_run_header",
+    "fetch_default_assets",
     "resolve_model_source",
+    "looks_like_local_path",
+    "check_local_path",
     "check_model_head",
     "load_config",
     "load_tokenizer",
@@ -69,10 +75,11 @@ def setup_logging(training_args) -> None:
     import datasets
     import transformers
 
+    handler = logging.StreamHandler(sys.stdout)
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
         datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
+        handlers=[handler],
     )
     ours = logging.INFO if training_args.should_log else logging.WARNING
     for name in ("bitfit_hf", "__main__"):
@@ -82,6 +89,9 @@ def setup_logging(training_args) -> None:
     transformers.utils.logging.set_verbosity(level)
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
+    # No token-shaped text reaches a log line, whoever logs it (tokens are also kept out of every file).
+    install_log_redaction(*logging.getLogger().handlers, *logging.getLogger("transformers").handlers,
+                          *logging.getLogger("datasets").handlers)
 
 
 def log_run_header(parsed: ParsedArgs, recipe: str) -> None:
@@ -97,7 +107,10 @@ def log_run_header(parsed: ParsedArgs, recipe: str) -> None:
         logger.info("Recipe defaults (override any with its flag): %s", shown)
     logger.info(
         "method=%s bias_terms=%s learning_rate=%g output_dir=%s",
-        parsed.bitfit.method, " ".join(parsed.bitfit.bias_terms or ["all"]) if parsed.bitfit.method == "bitfit" else "-",
+        parsed.bitfit.method,
+        " ".join(parsed.bitfit.bias_terms or ["all"]) if parsed.bitfit.method == "bitfit"
+        else "as many as " + " ".join(parsed.bitfit.match_bias_terms or ["all"]) if parsed.bitfit.method.startswith("rand_")
+        else "-",
         args.learning_rate, args.output_dir,
     )
 
@@ -117,6 +130,7 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread
     log_run_header(parsed, defaults.recipe)
     bitfit_config = parsed.bitfit.bitfit_config()
+    fetch_default_assets(parsed, defaults.default_model_asset)
     set_seed(parsed.training.seed)
     return parsed, bitfit_config
 
@@ -124,16 +138,34 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
 # --------------------------------------------------------------------------- model
 
 
+def fetch_default_assets(parsed: ParsedArgs, model_asset: str = "minilm") -> None:
+    """Before anything is loaded, make sure the default model (no ``--model_name_or_path``) and the
+    offline dataset this run uses are at hand: fetched on first use, like Hub downloads, by the main
+    process of each node while the others wait. Offline (``BITFIT_HF_OFFLINE=1`` or
+    ``HF_HUB_OFFLINE=1``) a missing one stops the run with the one command that fetches it."""
+    from bitfit_hf.data.assets import ASSETS, ensure_assets
+
+    names = []
+    if parsed.model.model_name_or_path is None:
+        names.append(model_asset)
+    if parsed.data.dataset_name in ASSETS:
+        names.append(parsed.data.dataset_name)
+    if names:
+        with parsed.training.main_process_first(desc="fetching the default model and data"):
+            ensure_assets(names)
+
+
 def resolve_model_source(model_args) -> str:
     """Where to load the model from; also settles ``model_args.base_model_name_or_path`` (recorded in
     the adapter). No ``--model_name_or_path`` (or the default's Hub id) loads all-MiniLM-L6-v2 from
-    the installed wheel and records its Hub id, never the local folder."""
+    its wheel (installed, or extracted into the cache) and records its Hub id, never the local folder."""
     from bitfit_hf.data.assets import AssetNotFoundError, minilm_path
 
     name = model_args.model_name_or_path
+    check_local_path("--model_name_or_path", name)
     wheel = None
     try:
-        wheel = minilm_path()
+        wheel = minilm_path(fetch=False)  # fetch_default_assets fetched it when it is the default
     except AssetNotFoundError:
         if name is None:
             raise
@@ -154,6 +186,23 @@ def resolve_model_source(model_args) -> str:
                 "<hub id> if this is a copy of a Hub model.", name,
             )
     return name
+
+
+def looks_like_local_path(name: str) -> bool:
+    """A path, not a Hub id: Hub ids are ``name`` or ``namespace/name`` and never start with ``/ . ~``."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name or os.path.exists(name)
+
+
+def check_local_path(flag: str, name: Optional[str]) -> None:
+    """A clear error for a model path that does not exist (instead of the Hub's repo-id complaint)."""
+    if not name or not looks_like_local_path(name):
+        return
+    path = os.path.expanduser(name)
+    if os.path.isdir(path):
+        return
+    if os.path.exists(path):
+        raise RecipeError(f"{flag} {name!r} is a file: pass the directory that holds config.json and the weights.")
+    raise RecipeError(f"{flag} {name!r}: no such directory (a Hub model id looks like 'namespace/name').")
 
 
 def check_model_head(config, head: str) -> None:
@@ -185,6 +234,7 @@ def load_config(model_args, source: str, head: str, **config_kwargs):
     """``AutoConfig`` of the model (with ``num_labels`` etc.), checked to have the ``head`` needed."""
     from transformers import AutoConfig
 
+    check_local_path("--config_name", model_args.config_name)
     try:
         config = AutoConfig.from_pretrained(model_args.config_name or source, **_hub_kwargs(model_args), **config_kwargs)
     except (OSError, ValueError) as err:
@@ -196,6 +246,7 @@ def load_config(model_args, source: str, head: str, **config_kwargs):
 def load_tokenizer(model_args, source: str, need_fast: bool = False):
     from transformers import AutoTokenizer
 
+    check_local_path("--tokenizer_name", model_args.tokenizer_name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or source, **_hub_kwargs(model_args))
     except (OSError, ValueError) as err:
@@ -298,16 +349,14 @@ def evaluate_before_training(trainer, run: Callable[[], Dict[str, float]]) -> Di
 def _resume_checkpoint(training_args) -> Optional[Any]:
     value = training_args.resume_from_checkpoint
     if value is None:
-        from transformers.trainer_utils import get_last_checkpoint
-
-        if os.path.isdir(training_args.output_dir) and get_last_checkpoint(training_args.output_dir):
+        if last_complete_checkpoint(training_args.output_dir):
             logger.warning(
                 "%s holds checkpoints from an earlier run; training starts afresh. Pass --resume_from_checkpoint "
                 "last to resume the latest one.", training_args.output_dir,
             )
         return None
     if str(value).lower() in ("true", "last", "latest"):
-        return True
+        return True  # BitFitTrainer.train resolves it to the newest *complete* checkpoint
     return value
 
 
@@ -405,30 +454,29 @@ def write_trainable_summary(trainer, output_dir: str) -> None:
         return
     summary = trainer.bitfit_state.summary
     os.makedirs(output_dir, exist_ok=True)
-    write_json_atomic(os.path.join(output_dir, "trainable_summary.json"), summary.to_dict())
+    write_json_atomic(os.path.join(output_dir, SUMMARY_NAME), summary.to_dict())
 
 
 def write_run_args(parsed: ParsedArgs, output_dir: str) -> None:
-    """``run_args.json``: the parsed arguments (no tokens), the defaults the recipe chose, the command."""
+    """``run_args.json``: the parsed arguments, the defaults the recipe chose, the command; every
+    credential (``--hub_token``, ``--token``, token-shaped text) replaced by ``<redacted>``."""
     if not parsed.training.should_save:
         return
 
-    def clean(obj):
-        data = dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else dict(obj)
-        return {k: v for k, v in data.items() if "token" not in k}
+    def fields(obj):
+        return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else dict(obj)
 
-    training = {k: v for k, v in parsed.training.to_dict().items() if "token" not in k}
     payload = {
-        "command": [os.path.basename(sys.argv[0])] + sys.argv[1:],
-        "model_args": clean(parsed.model),
-        "data_args": clean(parsed.data),
-        "bitfit_args": clean(parsed.bitfit),
-        "training_args": training,
+        "command": redact_argv([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+        "model_args": fields(parsed.model),
+        "data_args": fields(parsed.data),
+        "bitfit_args": fields(parsed.bitfit),
+        "training_args": parsed.training.to_dict(),
         "recipe_defaults": dict(parsed.applied_defaults),
         "offline_data": parsed.offline_data,
     }
     os.makedirs(output_dir, exist_ok=True)
-    write_json_atomic(os.path.join(output_dir, "run_args.json"), json.loads(json.dumps(payload, default=str)))
+    write_json_atomic(os.path.join(output_dir, RUN_ARGS_NAME), redact(json.loads(json.dumps(payload, default=str))))
 
 
 def cli_entry(main: Callable[[], Any]) -> None:

@@ -26,12 +26,11 @@ from torch import nn
 
 from bitfit_hf.adapters.base_checkpoint import read_checkpoint_biases
 from bitfit_hf.adapters.config import AdapterConfig
-from bitfit_hf.tuners.roles import ALL_ROLES, ARCHITECTURE_ROLES, PRESETS, match_role, roles_for
+from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, PRESETS, module_roles, role_rank, roles_for
+from bitfit_hf.utils.names import is_under
 
 logger = logging.getLogger(__name__)
 
-BIAS_CHANGE_JSON = "bias_change.json"
-BIAS_CHANGE_PNG = "bias_change.png"
 METRIC = "(1/dim)·‖b0 − bF‖₁"
 _OTHER = "bias"  # a trained bias no role names
 
@@ -115,7 +114,7 @@ class BiasChange:
         values = [[layered.get((role, layer)) for layer in layers] for role in roles]
         average = [_mean([v for v in row if v is not None]) for row in values]
         totals = [sum(v for v in row if v is not None) for row in values]
-        order = sorted(range(len(roles)), key=lambda i: (-totals[i], _role_rank(roles[i])))
+        order = sorted(range(len(roles)), key=lambda i: (-totals[i], role_rank(roles[i])))
         return cls(
             roles=[roles[i] for i in order],
             layers=layers,
@@ -246,18 +245,11 @@ def classify(config: AdapterConfig) -> List[Tuple[str, str, str, Optional[Tuple[
     chosen = _chosen_roles(config.bias_terms)
     out = []
     for name in config.trained_parameters:
-        if not name.endswith(".bias") or any(name == h or name.startswith(h + ".") for h in heads):
+        if not name.endswith(".bias") or is_under(name, heads):
             continue
         module = name[: -len(".bias")]
-        found = []
-        for role, rules in (table or {}).items():
-            for rule in rules:
-                layer = match_role(rule, module)
-                if layer is None:
-                    continue
-                if rule.chunk is not None and chosen is not None and role not in chosen:
-                    continue
-                found.append((name, role, layer, rule.chunk))
+        found = [(name, role, layer, rule.chunk) for role, rule, layer in module_roles(table or {}, module)
+                 if rule.chunk is None or chosen is None or role in chosen]
         if not found:
             found.append((name, _OTHER, _layer_of(module), None))
         out.extend(found)
@@ -337,10 +329,6 @@ def _layer_key(label: str):
     stacks = {"encoder": 0, "decoder": 1}
     return [(0, int(p), "") if p.isdigit() else (1, stacks.get(p, 2), p) for p in label.split(".")]
 
-
-def _role_rank(role: str) -> int:
-    order = list(ALL_ROLES)
-    return order.index(role) if role in order else len(order)
 
 
 def _mean(values: List[float]) -> float:

@@ -24,13 +24,27 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from bitfit_hf.adapters.base_checkpoint import checkpoint_files, match_key, read_checkpoint_biases, tensor_sizes
-from bitfit_hf.adapters.config import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, AdapterConfig
-from bitfit_hf.reporting.heatmap import BIAS_CHANGE_JSON, BIAS_CHANGE_PNG, BiasChange, classify
-from bitfit_hf.tuners.roles import ALL_ROLES
+from bitfit_hf.adapters.config import AdapterConfig
+from bitfit_hf.adapters.sparse import tensor_names
+from bitfit_hf.reporting.heatmap import BiasChange, classify
+from bitfit_hf.tuners import METHODS, method_spec
+from bitfit_hf.tuners.bitfit.summary import TrainableSummary
+from bitfit_hf.tuners.random_subset.model import RANDOM
+from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
+from bitfit_hf.utils.constants import (
+    BIAS_CHANGE_JSON,
+    BIAS_CHANGE_PNG,
+    CONFIG_NAME,
+    DEFAULT_MODEL_ID,
+    README_NAME,
+    SUMMARY_NAME,
+    WEIGHTS_NAME,
+)
+from bitfit_hf.utils.names import is_under
+from bitfit_hf.utils.secrets import redact, redact_text
 
 logger = logging.getLogger(__name__)
 
-README_NAME = "README.md"
 TEMPLATE_NAME = "bitfit_adapter.md"
 EVAL_RESULTS_FILES = ("all_results.json", "eval_results.json", "test_results.json")
 
@@ -116,7 +130,7 @@ def _known_local_bases() -> Dict[str, str]:
     try:
         from bitfit_hf.data.assets import minilm_path
 
-        known[os.path.realpath(minilm_path())] = "sentence-transformers/all-MiniLM-L6-v2"
+        known[os.path.realpath(minilm_path(fetch=False))] = DEFAULT_MODEL_ID
     except Exception:  # noqa: BLE001 - the asset is optional
         pass
     return known
@@ -220,26 +234,19 @@ def summary_from_adapter(adapter, total_params: Optional[int] = None) -> dict:
         tensors[role] = tensors.get(role, 0) + 1
         layers = per_layer.setdefault(role, {})
         layers[layer] = layers.get(layer, 0) + numel
+    for name in cfg.sparse_parameters:  # weights trained in some entries (random baselines): count those
+        numel = adapter.tensors[tensor_names(name)[0]].numel()
+        per_role[RANDOM] = per_role.get(RANDOM, 0) + numel
+        tensors[RANDOM] = tensors.get(RANDOM, 0) + 1
     heads = cfg.head_modules
-    head = [n for n in cfg.trained_parameters if any(n == h or n.startswith(h + ".") for h in heads)]
+    head = [n for n in cfg.trained_parameters if is_under(n, heads)]
     if head:
         per_role["head"] = sum(adapter.tensors[n].numel() for n in head if n in adapter.tensors)
         tensors["head"] = len(head)
         per_layer["head"] = {"": per_role["head"]}
     if total_params is None:
         total_params = _base_total_params(adapter) or 0
-    bias = sum(v for k, v in per_role.items() if k != "head")
-    trainable = sum(per_role.values())
-    return {
-        "total_params": total_params,
-        "trainable_params": trainable,
-        "trainable_fraction": trainable / total_params if total_params else 0.0,
-        "bias_params": bias,
-        "bias_fraction": bias / total_params if total_params else 0.0,
-        "per_role": per_role,
-        "tensors_per_role": tensors,
-        "per_role_layer": per_layer,
-    }
+    return TrainableSummary(total_params, per_role, tensors, per_layer).to_dict()
 
 
 def _base_total_params(adapter) -> Optional[int]:
@@ -288,10 +295,10 @@ def build_model_card(
     ``dataset``: Hub dataset id(s) for the ``datasets`` metadata; ``dataset_name``: a readable name
     for the model-index (default: the first dataset id, else ``"evaluation set"``).
     """
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+    from huggingface_hub import ModelCard
 
     cfg: AdapterConfig = adapter.config
-    meta = dict(cfg.metadata or {})
+    meta = redact(dict(cfg.metadata or {}))  # a card is published: never a credential in it
     base_id = hub_base_model_id(cfg, base_model)
     pipeline_tag = PIPELINE_TAGS.get(cfg.task_type or "")
     repo_id = repo_id or meta.get("hub_model_id")
@@ -300,69 +307,23 @@ def build_model_card(
     named = _as_list(dataset if dataset is not None else meta.get("dataset") or meta.get("datasets"))
     datasets = [d for d in named if _REPO_ID.fullmatch(d)]  # Hub dataset ids go to the metadata
     dataset_name = dataset_name or next((d for d in named if d not in datasets), None)
-    license = license or meta.get("license") or ("apache-2.0" if base_id == "sentence-transformers/all-MiniLM-L6-v2" else None)
+    license = license or meta.get("license") or ("apache-2.0" if base_id == DEFAULT_MODEL_ID else None)
     language = language if language is not None else meta.get("language")
     if eval_results is None:
         eval_results = meta.get("eval_results")
 
-    # metadata
-    all_tags = ["bitfit", "bias-only-fine-tuning", "parameter-efficient-fine-tuning"]
-    for tag in [cfg.model_type, pipeline_tag, *_as_list(tags)]:
-        if tag and tag not in all_tags:
-            all_tags.append(tag)
-    model_index: List[Any] = []
-    rows = []
-    if isinstance(eval_results, list) and all(isinstance(r, EvalResult) for r in eval_results):
-        model_index = list(eval_results)
-        rows = [(r.dataset_split or "", r.metric_name or r.metric_type, float(r.metric_value)) for r in eval_results]
-    elif eval_results:
-        rows = eval_rows(eval_results)
-        shown_dataset = dataset_name or (datasets[0] if datasets else "evaluation set")
-        for split, metric, value in rows:
-            if metric == "loss" or split == "train" or split.endswith(BEFORE_TRAINING):
-                continue
-            model_index.append(
-                EvalResult(
-                    task_type=pipeline_tag or (cfg.task_type or "other").lower().replace("_", "-"),
-                    task_name=_TASK_WORDS.get(cfg.task_type or "", None),
-                    dataset_type=datasets[0] if datasets else "custom",
-                    dataset_name=shown_dataset,
-                    dataset_config=dataset_config,
-                    dataset_split=split,
-                    metric_type=metric,
-                    metric_name=metric.replace("_", " ").title() if metric.islower() else metric,
-                    metric_value=_plain(value),
-                )
-            )
-    extra = {"base_model_relation": "adapter"} if base_id else {}
-    card_data = ModelCardData(
-        base_model=base_id,
-        library_name="bitfit-hf",
-        tags=all_tags,
-        datasets=datasets or None,
-        license=license,
-        language=language,
-        pipeline_tag=pipeline_tag,
-        model_name=title if model_index else None,
-        eval_results=model_index or None,
-        **extra,
-    )
+    spec = _method(cfg)
+    model_index, rows = _model_index(cfg, eval_results, pipeline_tag, datasets, dataset_name, dataset_config)
+    card_data = _card_data(cfg, spec, base_id, pipeline_tag, tags, datasets, license, language,
+                           title if model_index else None, model_index)
 
     # body
     summary = dict(summary) if summary else summary_from_adapter(adapter)
     total = int(summary.get("total_params") or 0)
     per_role = dict(summary.get("per_role") or {})
-    tensors = dict(summary.get("tensors_per_role") or {})
     head_params = int(per_role.get("head", 0)) if cfg.train_head else 0
     bias_params = int(summary.get("bias_params", sum(v for k, v in per_role.items() if k != "head")))
-    summary_rows = []
-    for role in sorted(per_role, key=_role_rank):
-        what = ALL_ROLES.get(role) or {"head": "task head (" + ", ".join(f"`{m}`" for m in cfg.head_modules) + ")",
-                                       "bias": "other bias", "pattern": "selected by a pattern"}.get(role, role)
-        summary_rows.append({
-            "role": role, "what": what, "tensors": tensors.get(role, ""), "params": int(per_role[role]),
-            "percent": f"{100 * per_role[role] / total:.4f}%" if total else "",
-        })
+    summary_rows = _summary_rows(cfg, summary)
     if isinstance(bias_change, Mapping):
         bias_change = BiasChange.from_dict(bias_change)
     base_for_snippet = base_id or cfg.base_model_name_or_path or "BASE-MODEL-ID"
@@ -370,8 +331,10 @@ def build_model_card(
     file_list = list(files) if files is not None else [WEIGHTS_NAME, CONFIG_NAME, README_NAME]
     template_kwargs = dict(
         title=title,
-        intro=_intro(cfg, base_id, bias_params, total, size),
+        intro=_intro(cfg, base_id, bias_params, total, size) if spec is None else _method_intro(cfg, spec, base_id, bias_params, total, size),
+        method_text=_method_text(cfg, spec, bias_params, head_params, total) if spec is not None else "",
         train_head=cfg.train_head,
+        sparse_entries=bool(cfg.sparse_parameters),
         bias_params=bias_params,
         head_params=head_params,
         total_params=total,
@@ -390,13 +353,85 @@ def build_model_card(
         heatmap_file=heatmap_file,
         bias_change_table=bias_change.to_markdown() if bias_change is not None and bias_change.roles else "",
         outside_layers=[(k, _fmt(v)) for k, v in bias_change.outside_layers.items()] if bias_change is not None else [],
-        files=[(name, FILE_DESCRIPTIONS.get(name, "")) for name in sorted(set(file_list))],
+        files=[(name, _file_description(name, cfg)) for name in sorted(set(file_list))],
         versions=_versions(cfg),
-        citation=BITFIT_CITATION,
+        citation=spec.citation if spec is not None and spec.citation else BITFIT_CITATION,
     )
     card = ModelCard.from_template(card_data, template_path=template_path(), **template_kwargs)
     card.text = re.sub(r"\n{3,}", "\n\n", card.text).strip() + "\n"
     return ModelCard(str(card))
+
+
+def _model_index(cfg: AdapterConfig, eval_results, pipeline_tag, datasets: List[str], dataset_name, dataset_config):
+    """The card's ``model-index`` entries and the (split, metric, value) rows of its results table."""
+    from huggingface_hub import EvalResult
+
+    if isinstance(eval_results, list) and all(isinstance(r, EvalResult) for r in eval_results):
+        rows = [(r.dataset_split or "", r.metric_name or r.metric_type, float(r.metric_value)) for r in eval_results]
+        return list(eval_results), rows
+    if not eval_results:
+        return [], []
+    rows = eval_rows(eval_results)
+    shown_dataset = dataset_name or (datasets[0] if datasets else "evaluation set")
+    model_index: List[Any] = []
+    for split, metric, value in rows:
+        if metric == "loss" or split == "train" or split.endswith(BEFORE_TRAINING):
+            continue
+        model_index.append(
+            EvalResult(
+                task_type=pipeline_tag or (cfg.task_type or "other").lower().replace("_", "-"),
+                task_name=_TASK_WORDS.get(cfg.task_type or "", None),
+                dataset_type=datasets[0] if datasets else "custom",
+                dataset_name=shown_dataset,
+                dataset_config=dataset_config,
+                dataset_split=split,
+                metric_type=metric,
+                metric_name=metric.replace("_", " ").title() if metric.islower() else metric,
+                metric_value=_plain(value),
+            )
+        )
+    return model_index, rows
+
+
+def _card_data(cfg: AdapterConfig, spec, base_id, pipeline_tag, tags, datasets, license, language, model_name, model_index):
+    """The card's YAML metadata (``spec``: the method when it is not plain BitFit)."""
+    from huggingface_hub import ModelCardData
+
+    all_tags = (["bitfit", "bias-only-fine-tuning", "parameter-efficient-fine-tuning"] if spec is None
+                else [cfg.method, "parameter-efficient-fine-tuning"])
+    for tag in [cfg.model_type, pipeline_tag, *_as_list(tags)]:
+        if tag and tag not in all_tags:
+            all_tags.append(tag)
+    extra = {"base_model_relation": "adapter"} if base_id else {}
+    return ModelCardData(
+        base_model=base_id,
+        library_name="bitfit-hf",
+        tags=all_tags,
+        datasets=datasets or None,
+        license=license,
+        language=language,
+        pipeline_tag=pipeline_tag,
+        model_name=model_name,
+        eval_results=model_index or None,
+        **extra,
+    )
+
+
+def _summary_rows(cfg: AdapterConfig, summary: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """One row per trained role for the card's "what is trained" table."""
+    total = int(summary.get("total_params") or 0)
+    per_role = dict(summary.get("per_role") or {})
+    tensors = dict(summary.get("tensors_per_role") or {})
+    rows = []
+    for role in sorted(per_role, key=lambda r: role_rank(r, _method_role_texts())):
+        what = _method_role_texts().get(role) or ALL_ROLES.get(role) or {"head": "task head (" + ", ".join(f"`{m}`" for m in cfg.head_modules) + ")",
+                                       "bias": "other bias", "pattern": "selected by a pattern",
+                                       "gain": "other norm gain", RANDOM: "random entries of weight matrices"}.get(role, role)
+        rows.append({
+            "role": role, "what": what, "tensors": tensors.get(role, ""), "params": int(per_role[role]),
+            "percent": f"{100 * per_role[role] / total:.4f}%" if total else "",
+        })
+    return rows
 
 
 def write_model_card_files(
@@ -440,7 +475,7 @@ def write_model_card_files(
         weights_size=os.path.getsize(weights) if os.path.isfile(weights) else None,
         **card_kwargs,
     )
-    write_text_atomic(os.path.join(directory, README_NAME), str(card))
+    write_text_atomic(os.path.join(directory, README_NAME), redact_text(str(card)))
     return written + [README_NAME]
 
 
@@ -502,6 +537,12 @@ def bias_change_from_recorded_base(adapter) -> Optional[BiasChange]:
 # ---- body helpers ----------------------------------------------------------------------------------
 
 
+def _file_description(name: str, cfg: AdapterConfig) -> str:
+    if name == WEIGHTS_NAME and cfg.sparse_parameters:
+        return "the trained weight entries (indices and values) and the task head (safetensors; the adapter config is embedded in its header)"
+    return FILE_DESCRIPTIONS.get(name, "")
+
+
 def _intro(cfg: AdapterConfig, base_id: Optional[str], bias_params: int, total: int, size: Optional[int]) -> str:
     base = f"[`{base_id}`](https://huggingface.co/{base_id})" if base_id else f"`{cfg.base_model_name_or_path or 'its base model'}`"
     task = _TASK_WORDS.get(cfg.task_type or "", "")
@@ -512,9 +553,18 @@ def _intro(cfg: AdapterConfig, base_id: Optional[str], bias_params: int, total: 
         "[bitfit-hf](https://pypi.org/project/bitfit-hf/). The repo holds only the fine-tuned bias terms"
         f"{' and the task head' if cfg.head_modules else ''}"
     )
+    if cfg.sparse_parameters:  # the paper's random baselines train weight entries, not biases
+        text = (
+            f"A **{cfg.method}** baseline adapter for {base} ({head}): the random baseline of BitFit "
+            "([Ben Zaken et al., ACL 2022](https://aclanthology.org/2022.acl-short.1)), which trains as many "
+            f"randomly chosen weight entries as BitFit's `{' '.join(cfg.bias_terms)}` bias terms, made with "
+            "[bitfit-hf](https://pypi.org/project/bitfit-hf/). The repo holds only those entries (indices and "
+            f"values){' and the task head' if cfg.head_modules else ''}"
+        )
     bits = []
     if bias_params:
-        bits.append(f"{bias_params:,} bias parameters" + (f", {100 * bias_params / total:.3f}% of the base" if total else ""))
+        what = "weight entries" if cfg.sparse_parameters else "bias parameters"
+        bits.append(f"{bias_params:,} {what}" + (f", {100 * bias_params / total:.3f}% of the base" if total else ""))
     if size:
         bits.append(f"{human_size(size)} in all")
     text += (" (" + "; ".join(bits) + ")" if bits else "") + "; the frozen base weights come from the base model's own repo."
@@ -522,6 +572,54 @@ def _intro(cfg: AdapterConfig, base_id: Optional[str], bias_params: int, total: 
         labels = [cfg.id2label[k] for k in sorted(cfg.id2label, key=lambda k: int(k) if str(k).isdigit() else k)]
         shown = ", ".join(f"`{x}`" for x in labels[:20]) + (f", ... ({len(labels)} in all)" if len(labels) > 20 else "")
         text += f"\n\nLabels: {shown}."
+    return text
+
+
+def _method_role_texts() -> Dict[str, str]:
+    """Descriptions of the roles that methods other than BitFit add (AdapterBias's ``ab_v``, ...)."""
+    return {role: text for spec in METHODS.values()
+            for role, text in (getattr(spec.config_class, "role_descriptions", None) or {}).items()}
+
+
+def _method(cfg: AdapterConfig):
+    """The registered spec of a method with its own card text (``None`` for BitFit, and for the random
+    baselines, whose card is BitFit's with weight entries in place of biases)."""
+    if cfg.method == "bitfit" or cfg.sparse_parameters:
+        return None
+    try:
+        return method_spec(cfg.method)
+    except ValueError:
+        return None
+
+
+def _method_intro(cfg: AdapterConfig, spec, base_id: Optional[str], trained: int, total: int, size: Optional[int]) -> str:
+    base = f"[`{base_id}`](https://huggingface.co/{base_id})" if base_id else f"`{cfg.base_model_name_or_path or 'its base model'}`"
+    task = _TASK_WORDS.get(cfg.task_type or "", "")
+    head = f"`{cfg.architecture}`" + (f", {task}" if task else "")
+    name = spec.display_name or cfg.method
+    text = f"An **{name}** adapter for {base} ({head}), made with [bitfit-hf](https://pypi.org/project/bitfit-hf/)"
+    text += f": {spec.description}." if spec.description else "."
+    if spec.paper:
+        text += f" Method: {spec.paper}."
+    bits = [f"{trained:,} trained parameters outside the head" + (f", {100 * trained / total:.3f}% of the base" if total else "")]
+    if size:
+        bits.append(f"{human_size(size)} in all")
+    text += " The repo holds only the trained tensors (" + "; ".join(bits) + "); the frozen base weights come from the base model's own repo."
+    if cfg.id2label:
+        labels = [cfg.id2label[k] for k in sorted(cfg.id2label, key=lambda k: int(k) if str(k).isdigit() else k)]
+        text += "\n\nLabels: " + ", ".join(f"`{x}`" for x in labels[:20]) + (f", ... ({len(labels)} in all)" if len(labels) > 20 else "") + "."
+    return text
+
+
+def _method_text(cfg: AdapterConfig, spec, trained: int, head_params: int, total: int) -> str:
+    name = spec.display_name or cfg.method
+    text = (f"{name} freezes the base model and trains {spec.description or 'the tensors below'}. This adapter trains "
+            f"**{trained:,} parameters** outside the head" + (f" ({100 * trained / total:.4f}% of the base's {total:,})" if total else ""))
+    if head_params:
+        text += f" and **{head_params:,} task-head parameters**"
+    text += "."
+    if spec.not_mergeable:
+        text += f" It cannot be merged into a plain checkpoint: {spec.not_mergeable}."
     return text
 
 
@@ -536,6 +634,13 @@ def _dataset_text(datasets: List[str], name: Optional[str], config: Optional[str
 
 def _selection_lines(cfg: AdapterConfig) -> List[str]:
     lines = [f"bias terms: `{' '.join(cfg.bias_terms)}`"]
+    if cfg.sparse_parameters:
+        seed = cfg.method_config.get("random_seed")
+        lines = [f"random entries of {len(cfg.sparse_parameters)} weight matrices ({cfg.method}"
+                 + (f", random_seed {seed}" if seed is not None else "")
+                 + f"), as many as the bias terms `{' '.join(cfg.bias_terms)}`"]
+    elif cfg.method != "bitfit":
+        lines = ["method settings: " + ", ".join(f"`{k}={v}`" for k, v in sorted(cfg.method_config.items()))]
     if cfg.patterns:
         lines.append("extra patterns: " + ", ".join(f"`{p}`" for p in cfg.patterns))
     if cfg.head_modules:
@@ -595,10 +700,6 @@ def _plot_title(cfg: AdapterConfig, repo_id: Optional[str]) -> str:
     name = (repo_id or "").split("/")[-1] or cfg.architecture
     return f"{name}: bias change per layer, (1/dim)·‖b0 − bF‖₁"
 
-
-def _role_rank(role: str) -> int:
-    order = list(ALL_ROLES) + ["bias", "pattern", "weight", "head"]
-    return order.index(role) if role in order else len(order)
 
 
 def _as_list(value) -> List[str]:

@@ -361,33 +361,43 @@ def _problems(
     args=None,
     deepspeed_requested: Optional[str] = None,
 ) -> List[str]:
-    problems: List[str] = []
-    started = launched_world_size()
+    """What is wrong with this launch: the three ways a run exits 0 while training wrongly."""
     use_cpu = bool(getattr(args, "use_cpu", False)) if args is not None else None
-    no_gpu = not accelerator_available()
+    no_gpu_but_cuda_asked = not accelerator_available() and use_cpu is False
+    problems = _group_problems(actual, no_gpu_but_cuda_asked)
+    if not problems:
+        problems += _missing_process_problems(actual, request, no_gpu_but_cuda_asked)
+    problems += _deepspeed_problems(actual, request, deepspeed_requested)
+    return problems
 
+
+def _group_problems(actual: LaunchState, no_gpu_but_cuda_asked: bool) -> List[str]:
+    """Processes that were started but do not form the Trainer's process group."""
+    started = launched_world_size()
     if started > actual.num_processes or actual.process_group_size > actual.num_processes:
         got = max(started, actual.process_group_size)
         cause = (
             f"TrainingArguments(use_cpu=False) on a machine without CUDA: accelerate set up no process group "
             f"for the CPU processes. {_CPU_FIX}"
-            if no_gpu and use_cpu is False
+            if no_gpu_but_cuda_asked
             else "the process group was initialised outside accelerate's state (check ACCELERATE_* variables "
             "and the TrainingArguments device settings)."
         )
-        problems.append(
+        return [
             f"The launcher started {got} processes (WORLD_SIZE={got}) but the Trainer runs {actual.describe()}: "
             f"every process would train alone on its own copy. Cause: {cause}"
-        )
-    elif actual.num_processes > 1 and actual.distributed_type == "NO":
-        problems.append(
+        ]
+    if actual.num_processes > 1 and actual.distributed_type == "NO":
+        return [
             f"{actual.num_processes} processes share a process group but accelerate's distributed_type is NO: "
             "gradients would never be synchronised. Cause: ddp_backend was set without use_cpu on a machine "
             f"without CUDA. {_CPU_FIX}"
-        )
+        ]
+    return []
 
-    expected = None
-    source = ""
+
+def _missing_process_problems(actual: LaunchState, request: Optional[LauncherRequest], no_gpu_but_cuda_asked: bool) -> List[str]:
+    """Fewer processes than the launch asked for (``BITFIT_HF_EXPECTED_WORLD_SIZE`` or the launcher's request)."""
     explicit = os.environ.get(EXPECTED_ENV, "").strip()
     if explicit.isdigit():
         expected, source = int(explicit), f"{EXPECTED_ENV}={explicit}"
@@ -398,51 +408,58 @@ def _problems(
             f"`{request.command}`{where}: distributed_type {request.distributed_type}, "
             f"num_processes {request.num_processes}, num_machines {request.num_machines}"
         )
-    if expected is not None and actual.num_processes < expected and not problems:
-        if request is not None and request.launcher == "simple" and request.num_processes > 1:
-            if request.distributed_type == "MULTI_CPU" or request.cpu_flag:
-                cause = (
-                    "accelerate's MULTI_CPU / --cpu launcher starts one process per machine unless it is given "
-                    "mpirun and a hostfile (mpirun_hostfile); without MPI each process trains alone. For CPU "
-                    "processes on one or more machines use distributed_type MULTI_GPU with use_cpu: true "
-                    "(accelerate_configs/cpu_ddp.yaml, cpu_two_node_ddp.yaml) or DEEPSPEED "
-                    "(cpu_deepspeed_zero2.yaml, cpu_deepspeed_zero3.yaml, cpu_two_node_deepspeed.yaml)."
-                )
-            else:
-                cause = "this accelerate configuration runs the simple one-process launcher."
-        elif request is not None and request.num_machines > 1:
-            cause = (
-                f"a {request.num_machines}-machine launch where the processes did not join one group; check that "
-                "every machine uses the same main_process_ip/main_process_port, its own machine_rank, and a "
-                "distributed_type of MULTI_GPU or DEEPSPEED (not MULTI_CPU)."
-            )
-        elif no_gpu and use_cpu is False:
-            cause = _CPU_FIX
-        else:
-            cause = "fewer processes joined the process group than were requested."
-        problems.append(
-            f"The launch asked for {expected} processes ({source}) but the Trainer runs {actual.describe()}. "
-            f"Cause: {cause}"
-        )
+    else:
+        return []
+    if actual.num_processes >= expected:
+        return []
+    return [
+        f"The launch asked for {expected} processes ({source}) but the Trainer runs {actual.describe()}. "
+        f"Cause: {_why_processes_are_missing(request, no_gpu_but_cuda_asked)}"
+    ]
 
+
+def _why_processes_are_missing(request: Optional[LauncherRequest], no_gpu_but_cuda_asked: bool) -> str:
+    if request is not None and request.launcher == "simple" and request.num_processes > 1:
+        if request.distributed_type == "MULTI_CPU" or request.cpu_flag:
+            return (
+                "accelerate's MULTI_CPU / --cpu launcher starts one process per machine unless it is given "
+                "mpirun and a hostfile (mpirun_hostfile); without MPI each process trains alone. For CPU "
+                "processes on one or more machines use distributed_type MULTI_GPU with use_cpu: true "
+                "(accelerate_configs/cpu_ddp.yaml, cpu_two_node_ddp.yaml) or DEEPSPEED "
+                "(cpu_deepspeed_zero2.yaml, cpu_deepspeed_zero3.yaml, cpu_two_node_deepspeed.yaml)."
+            )
+        return "this accelerate configuration runs the simple one-process launcher."
+    if request is not None and request.num_machines > 1:
+        return (
+            f"a {request.num_machines}-machine launch where the processes did not join one group; check that "
+            "every machine uses the same main_process_ip/main_process_port, its own machine_rank, and a "
+            "distributed_type of MULTI_GPU or DEEPSPEED (not MULTI_CPU)."
+        )
+    if no_gpu_but_cuda_asked:
+        return _CPU_FIX
+    return "fewer processes joined the process group than were requested."
+
+
+def _deepspeed_problems(actual: LaunchState, request: Optional[LauncherRequest], deepspeed_requested: Optional[str]) -> List[str]:
+    """DeepSpeed asked for, but the Trainer runs without it."""
     ds_source = deepspeed_requested
     if ds_source is None and request is not None and request.use_deepspeed:
         ds_source = f"`{request.command}` (distributed_type DEEPSPEED)"
-    if ds_source and not actual.deepspeed_active:
-        if _env_true("ACCELERATE_USE_CPU") or (request is not None and request.cpu_flag):
-            cause = (
-                "ACCELERATE_USE_CPU=true (`accelerate launch --cpu`, or the variable exported in the shell) "
-                "switches DeepSpeed off in accelerate. Remove it: on a machine without CUDA, bitfit-hf's "
-                "training_args_kwargs() already selects the CPU backend, and DeepSpeed runs on CPU processes."
-            )
-        else:
-            cause = "accelerate's state was created without the DeepSpeed plugin (an Accelerator/PartialState made " \
-                    "before TrainingArguments, or use_configured_state)."
-        problems.append(
-            f"DeepSpeed was requested by {ds_source} but the Trainer runs {actual.describe()} without DeepSpeed. "
-            f"Cause: {cause}"
+    if not ds_source or actual.deepspeed_active:
+        return []
+    if _env_true("ACCELERATE_USE_CPU") or (request is not None and request.cpu_flag):
+        cause = (
+            "ACCELERATE_USE_CPU=true (`accelerate launch --cpu`, or the variable exported in the shell) "
+            "switches DeepSpeed off in accelerate. Remove it: on a machine without CUDA, bitfit-hf's "
+            "training_args_kwargs() already selects the CPU backend, and DeepSpeed runs on CPU processes."
         )
-    return problems
+    else:
+        cause = ("accelerate's state was created without the DeepSpeed plugin (an Accelerator/PartialState made "
+                 "before TrainingArguments, or use_configured_state).")
+    return [
+        f"DeepSpeed was requested by {ds_source} but the Trainer runs {actual.describe()} without DeepSpeed. "
+        f"Cause: {cause}"
+    ]
 
 
 def _deepspeed_requested(args=None) -> Optional[str]:

@@ -15,7 +15,7 @@ import contextlib
 
 from torch import nn
 
-from bitfit_hf.tuners.bitfit.model import unwrap
+from bitfit_hf.tuners.state import unwrap
 from bitfit_hf.utils.base_loading import quantization_method
 
 _PEFT_FLAG = "_hf_peft_config_loaded"

@@ -14,6 +14,7 @@ from transformers import Trainer
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.reporting.heatmap import BiasChange, snapshot_biases
+from bitfit_hf.training.checkpoints import clear_marker, mark_complete, resolve_resume_checkpoint
 from bitfit_hf.training.distributed import (
     check_trainer_launch,
     is_deepspeed_dummy_optimizer,
@@ -21,13 +22,15 @@ from bitfit_hf.training.distributed import (
     reset_evaluation_wrapping,
     zero12_evaluation_before_training,
 )
-from bitfit_hf.training.optim import parameter_groups, without_names
+from bitfit_hf.training.optim import keep_untrained_entries, parameter_groups, without_names
 from bitfit_hf.training.quantized_base import biases_count_as_adapter
 from bitfit_hf.tuners import apply_method
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import adapter_parameter_names, get_bitfit_state, unwrap
+from bitfit_hf.tuners.errors import SelectionError
 from bitfit_hf.utils.constants import BIAS_CHANGE_JSON, SUMMARY_NAME, WEIGHTS_NAME
 from bitfit_hf.utils.io import write_json_atomic
+from bitfit_hf.utils.secrets import protect_secret_fields
 from bitfit_hf.utils.zero import gathered
 
 logger = logging.getLogger("bitfit_hf")
@@ -77,7 +80,7 @@ class BitFitTrainerBase(Trainer):
         if state is None or (bitfit_config is not None and bitfit_config != state.config):
             state = apply_method(model, bitfit_config)
         if state.selection.trainable_numel == 0:
-            raise ValueError(
+            raise SelectionError(
                 "Nothing is trainable: the BitFit selection "
                 f"(bias_terms={state.config.bias_terms}, train_head={state.config.train_head}) is empty. "
                 "Select bias terms, or keep train_head=True on a model with a task head."
@@ -87,6 +90,7 @@ class BitFitTrainerBase(Trainer):
         self.base_model_revision = base_model_revision
         with biases_count_as_adapter(model, state.selection.trainable_numel):  # QBitFit: quantized bases
             super().__init__(model, args, *trainer_args, **trainer_kwargs)
+        protect_secret_fields(self.args)  # training_args.bin (full-model saves) is a pickle of the args
         self.model_accepts_loss_kwargs = loss_uses_num_items(unwrap(self.model))
         # Stop launches that exit 0 while training wrongly (ranks alone, DeepSpeed off): docs/distributed.md
         check_trainer_launch(self)
@@ -121,6 +125,14 @@ class BitFitTrainerBase(Trainer):
                                 self.get_decay_parameter_names(model))
 
     def create_optimizer(self, model=None):
+        optimizer = self._create_bitfit_optimizer(model)
+        # Methods that train some entries of a tensor; DeepSpeed steps flat copies instead (there the
+        # gradient masks and zero-decay groups keep those entries).
+        if not self.is_deepspeed_enabled and not is_deepspeed_dummy_optimizer(optimizer):
+            keep_untrained_entries(optimizer, self.model, self.bitfit_state)
+        return optimizer
+
+    def _create_bitfit_optimizer(self, model=None):
         if is_deepspeed_dummy_optimizer(self.optimizer) and not self.bitfit_config.is_full_finetuning:
             # The DeepSpeed config has an "optimizer" block: DeepSpeed builds it, over BitFit's groups.
             return keep_bitfit_groups_in_deepspeed_optimizer(self, self.optimizer)
@@ -147,12 +159,15 @@ class BitFitTrainerBase(Trainer):
         return self.optimizer
 
     # ---- training ------------------------------------------------------------------------------
-    def train(self, *args, **kwargs):
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """``Trainer.train``; ``resume_from_checkpoint=True`` resumes from the newest *complete* checkpoint
+        (one interrupted while being written is skipped; see :mod:`bitfit_hf.training.checkpoints`)."""
+        resume_from_checkpoint = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
         if not self._summary_logged and self.is_world_process_zero():
             logger.info("BitFit trainable parameters:\n%s", self.bitfit_state.summary)
             self._summary_logged = True
         reset_evaluation_wrapping(self)  # evaluate() before train() left the model unwrappable (DDP) / an inference engine
-        return super().train(*args, **kwargs)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def evaluation_loop(self, *args, **kwargs):
         with zero12_evaluation_before_training(self):  # DeepSpeed builds no ZeRO-1/2 inference engine
@@ -192,6 +207,33 @@ class BitFitTrainerBase(Trainer):
             logger.info("Saved the BitFit adapter (%d tensors) to %s", len(tensors), output_dir)
         if self.args.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """``Trainer``'s checkpoint, then ``checkpoint_complete.json`` once every process has written its
+        part; old checkpoints are rotated out only after that, so a kill mid-save never leaves the
+        half-written folder as the only one."""
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        run_dir = self._get_output_dir(trial=trial)
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if self.args.should_save:
+            clear_marker(folder)
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = None  # Trainer rotates inside; we rotate after marking
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            mark_complete(folder, self.state.global_step)
+            if hasattr(self, "_rotate_checkpoints"):  # transformers < 5
+                self._rotate_checkpoints(use_mtime=False, output_dir=run_dir)
+            else:
+                from transformers.trainer_utils import rotate_checkpoints
+
+                rotate_checkpoints(output_dir=run_dir, save_total_limit=limit,
+                                   best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         if not os.path.isfile(os.path.join(resume_from_checkpoint, WEIGHTS_NAME)):

@@ -5,7 +5,9 @@ changes, ``model.py`` walks the network), plus what they share: the per-architec
 Every method config has a class attribute ``method`` (its registry name, stored in adapters) and
 ``learning_rate_for(role)``; every method's ``apply`` prepares a model in place and returns a state
 with ``config``, ``selection`` (the trained tensors with their roles and layers), ``fingerprint``,
-``added_biases`` and ``summary``, kept on the model (:func:`get_tuner_state`). The trainer, the
+``added_biases`` and ``summary``, kept on the model (:func:`get_tuner_state`). A method that trains
+only some entries of a tensor also gives ``sparse_indices`` (``{name: flat int64 indices}``): the
+optimizer groups, the step guard and the adapter format handle those tensors generically. The trainer, the
 adapter format and the reports work through that interface only, so a new method is a new folder
 plus one :func:`register_method` line here.
 """
@@ -17,8 +19,12 @@ from typing import Any, Callable, Dict, Optional
 
 from torch import nn
 
+from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
+from bitfit_hf.tuners.adapterbias.model import apply_adapterbias, insert_shifts
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
-from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit, get_bitfit_state
+from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit
+from bitfit_hf.tuners.random_subset import RandRowColConfig, RandUniformConfig, apply_random_subset
+from bitfit_hf.tuners.state import get_tuner_state  # noqa: F401 - part of the registry's interface
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,15 @@ class MethodSpec:
     config_class: type
     apply: Callable[[nn.Module, Any], BitFitState]
     description: str = ""
+    # Inserts the modules an adapter's tensors live in (idempotent), before those tensors are loaded
+    # into a stock model (AdapterBank, load_adapter); None: the method adds no modules.
+    prepare_base: Optional[Callable[[nn.Module, Any], Any]] = None
+    # Why the trained model cannot become a plain checkpoint (export_merged) nor be routed per example
+    # as bias deltas (MultiTaskModel); "" for methods that train only additive biases and heads.
+    not_mergeable: str = ""
+    display_name: str = ""  # how model cards name the method ("AdapterBias")
+    paper: str = ""  # "Title (venue): url", for model cards
+    citation: str = ""  # BibTeX, for model cards
 
 
 METHODS: Dict[str, MethodSpec] = {}
@@ -57,9 +72,28 @@ def config_from_dict(method: str, data: Dict[str, Any]):
     return method_spec(method).config_class.from_dict(data)
 
 
-def get_tuner_state(model: nn.Module) -> Optional[BitFitState]:
-    """The state of whichever method prepared ``model``, or ``None``."""
-    return get_bitfit_state(model)
-
-
 register_method(MethodSpec("bitfit", BitFitConfig, apply_bitfit, "bias terms (all, presets, paper roles or patterns) + head"))
+register_method(MethodSpec("rand_uniform", RandUniformConfig, apply_random_subset,
+                           "baseline: as many random weight entries as a bias selection (uniform)"))
+register_method(MethodSpec("rand_row_col", RandRowColConfig, apply_random_subset,
+                           "baseline: as many weight entries as a bias selection, in random whole rows/columns"))
+register_method(MethodSpec(
+    "adapterbias", AdapterBiasConfig, apply_adapterbias,
+    "a token-dependent shift L_alpha(h)*v on each FFN output projection, the FFN and embeddings LayerNorms "
+    "(gain and bias) and the task head",
+    prepare_base=insert_shifts,
+    display_name="AdapterBias",
+    not_mergeable=("AdapterBias adds a token-dependent shift L_alpha(h)*v to each FFN output (its size depends on "
+                   "each token's hidden state), which no bias or weight of the stock architecture can hold"),
+    paper="AdapterBias: Parameter-efficient Token-dependent Representation Shift for Adapters in NLP Tasks "
+          "(Fu et al., Findings of NAACL 2022): https://aclanthology.org/2022.findings-naacl.199",
+    citation="""@inproceedings{fu-etal-2022-adapterbias,
+    title = "{A}dapter{B}ias: Parameter-efficient Token-dependent Representation Shift for Adapters in {NLP} Tasks",
+    author = "Fu, Chin-Lun and Chen, Zih-Ching and Lee, Yun-Ru and Lee, Hung-yi",
+    booktitle = "Findings of the Association for Computational Linguistics: NAACL 2022",
+    year = "2022",
+    publisher = "Association for Computational Linguistics",
+    url = "https://aclanthology.org/2022.findings-naacl.199",
+    pages = "2608--2621",
+}""",
+))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 # Roles of the paper (Table 1 / Figure 1 of Ben Zaken et al.), plus the biases outside the layers.
 PAPER_ROLES: Dict[str, str] = {
@@ -38,11 +38,23 @@ EXTRA_ROLES: Dict[str, str] = {
     "b_xm1": "cross-attention output projection",
     "b_xLN": "LayerNorm of the cross-attention block",
 }
-ALL_ROLES: Dict[str, str] = {**PAPER_ROLES, **EXTRA_ROLES}
+# Gains (the ``weight`` of a LayerNorm / RMSNorm) sit in the same modules as the norm biases: each gain
+# role resolves through its bias role's rules and selects ``<module>.weight`` instead of ``.bias``.
+GAIN_ROLES: Dict[str, str] = {
+    "g_LN1": "gain of the LayerNorm after (post-LN) or before (pre-LN) attention",
+    "g_LN2": "gain of the LayerNorm after (post-LN) or before (pre-LN) the MLP",
+    "g_emb_LN": "gain of the embeddings LayerNorm",
+    "g_final_LN": "gain of the final LayerNorm of a pre-LN stack",
+    "g_xLN": "gain of the LayerNorm of the cross-attention block",
+}
+GAIN_OF: Dict[str, str] = {"g_LN1": "b_LN1", "g_LN2": "b_LN2", "g_emb_LN": "b_emb_LN", "g_final_LN": "b_final_LN",
+                           "g_xLN": "b_xLN"}
+ALL_ROLES: Dict[str, str] = {**PAPER_ROLES, **EXTRA_ROLES, **GAIN_ROLES}
 
 # Presets: a name for a set of roles, or a special meaning handled by the selector.
 PRESETS: Dict[str, Optional[Tuple[str, ...]]] = {
     "all": None,  # every bias parameter of the model (plus added biases for every role)
+    "one-d": None,  # every bias and every LayerNorm / RMSNorm gain: all 1-D vectors of the layers
     "paper-subset": ("b_q", "b_m2"),  # the paper's 0.04% subset
     "frozen": (),  # head only
     "full": None,  # every parameter: the full fine-tuning baseline
@@ -307,6 +319,38 @@ def roles_for(model_type: str) -> Dict[str, List[RoleRule]]:
             f"Known: {', '.join(sorted(ARCHITECTURE_ROLES))}. Use bias_terms='all' (every bias parameter) "
             "or `patterns=[...]` (regular expressions over parameter names) instead."
         ) from None
+
+
+def rules_of(table: Dict[str, List[RoleRule]], role: str) -> Optional[List[RoleRule]]:
+    """The rules of ``role`` in an architecture's table (a gain role uses its norm's bias rules)."""
+    return table.get(GAIN_OF.get(role, role))
+
+
+def parameter_of(role: str) -> str:
+    """The attribute a role trains on its module: ``weight`` for a gain role, else ``bias``."""
+    return "weight" if role in GAIN_OF else "bias"
+
+
+HEAD = "head"  # the role of the task head's tensors
+ROLE_KINDS = ("bias", "gain", "pattern", "weight", "random", HEAD)
+"""What a trained tensor can be besides a paper role, in display order after the roles."""
+
+
+def role_rank(role: str, extra: Iterable[str] = ()) -> int:
+    """Display order: the paper's roles, then roles a method adds (``extra``), then other biases,
+    gains, patterns, weights, random entries and the head."""
+    order = list(ALL_ROLES) + list(extra) + list(ROLE_KINDS)
+    return order.index(role) if role in order else len(order)
+
+
+def module_roles(table: Dict[str, List[RoleRule]], module_name: str, roles: Optional[Iterable[str]] = None):
+    """``(role, rule, layer)`` for every rule of ``table`` (limited to ``roles``; gain roles use their norm's
+    rules) covering ``module_name``."""
+    for role in (table if roles is None else roles):
+        for rule in rules_of(table, role) or ():
+            layer = match_role(rule, module_name)
+            if layer is not None:
+                yield role, rule, layer
 
 
 def match_role(rule: RoleRule, module_name: str) -> Optional[str]:

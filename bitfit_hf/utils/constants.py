@@ -11,5 +11,7 @@ SUMMARY_NAME = "trainable_summary.json"
 README_NAME = "README.md"
 BIAS_CHANGE_JSON = "bias_change.json"
 BIAS_CHANGE_PNG = "bias_change.png"
+CHECKPOINT_COMPLETE_NAME = "checkpoint_complete.json"  # written last into a Trainer checkpoint folder
+RUN_ARGS_NAME = "run_args.json"
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"

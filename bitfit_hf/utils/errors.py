@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from typing import Callable, TypeVar
 
+from bitfit_hf.utils.secrets import redact_text
+
 T = TypeVar("T")
 
 EXIT_USER_ERROR = 2
@@ -25,5 +27,5 @@ def exit_on_user_error(run: Callable[[], T], prog: str) -> T:
     try:
         return run()
     except UserError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {redact_text(str(err))}", file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR) from None

@@ -15,6 +15,7 @@ from typing import Iterable, Optional, Set
 import torch
 from torch import nn
 
+from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import gathered
 
 SAMPLES_PER_TENSOR = 64
@@ -45,7 +46,7 @@ def base_fingerprint(
     prefix = getattr(model, "base_model_prefix", "") or ""
     digest = hashlib.sha256(VERSION.encode())
     for name, param in sorted(model.named_parameters(), key=lambda item: _normalized(item[0], prefix)):
-        if name in exclude or any(name == h or name.startswith(h + ".") for h in heads):
+        if name in exclude or is_under(name, heads):
             continue
         with gathered([param]):
             digest.update(_normalized(name, prefix).encode())

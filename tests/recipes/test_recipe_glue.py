@@ -110,3 +110,22 @@ def test_under_accelerate_launch(tmp_path):
     config = read_json(out / "adapter_config.json")
     assert config["bias_terms"] == ["b_q", "b_m2"]
     assert read_json(out / "trainable_summary.json")["per_role"] == {"b_q": 2304, "b_m2": 9216, "head": 770}
+
+
+def test_random_baseline_trains_and_saves_a_compact_adapter(tmp_path):
+    """--method rand_uniform on the real MiniLM: as many weight entries as BitFit's biases, a small adapter
+    of indices + values, and an evaluation of that adapter on a fresh base that reproduces the run."""
+    out = tmp_path / "rand"
+    load_recipe("glue").main(["--output_dir", str(out), *TINY, "--method", "rand_uniform", "--random_seed", "1"])
+    results = read_json(out / "eval_results.json")
+    summary = read_json(out / "trainable_summary.json")
+    assert summary["bias_params"] == 26_112 and summary["trainable_params"] == 26_882  # BitFit's count exactly
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["method"] == "rand_uniform" and config["method_config"] == {"random_seed": 1}
+    assert config["sparse_parameters"] and (out / "adapter_model.safetensors").stat().st_size < 400_000
+    again = tmp_path / "again"
+    load_recipe("glue").main(["--output_dir", str(again), "--do_eval", "--adapter_name_or_path", str(out),
+                              "--max_eval_samples", "32", "--disable_tqdm", "True"])
+    reloaded = read_json(again / "eval_results.json")
+    assert reloaded["eval_accuracy"] == results["eval_accuracy"]
+    assert reloaded["eval_loss"] == pytest.approx(results["eval_loss"], abs=1e-5)

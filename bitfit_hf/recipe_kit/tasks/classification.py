@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from bitfit_hf.metrics.glue import GLUE_TASKS, GlueTask, glue_compute
+from bitfit_hf.metrics.glue import GLUE_TASKS, GlueTask
+from bitfit_hf.metrics.loading import load_metric
 from bitfit_hf.recipe_kit.errors import RecipeError
 
 logger = logging.getLogger(__name__)
@@ -274,8 +275,8 @@ def make_tokenize_function(tokenizer, key1: str, key2: Optional[str], max_seq_le
 
 
 def make_compute_metrics(task: Optional[GlueTask], is_regression: bool) -> Callable:
-    """``compute_metrics`` for ``Trainer``: GLUE's official metrics, else accuracy (or MSE, Pearson,
-    Spearman for regression)."""
+    """``compute_metrics`` for ``Trainer``: GLUE's official metrics (the packaged ``evaluate`` module), else
+    accuracy (or MSE, Pearson, Spearman for regression)."""
 
     def compute(eval_pred) -> Dict[str, float]:
         preds = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
@@ -284,7 +285,7 @@ def make_compute_metrics(task: Optional[GlueTask], is_regression: bool) -> Calla
         if not is_regression:
             preds = np.argmax(preds, axis=-1)
         if task is not None:
-            return glue_compute(task.name, preds, labels)
+            return load_metric("glue", task.name).compute(predictions=preds, references=labels)
         if is_regression:
             from bitfit_hf.metrics.glue import pearson_and_spearman
 

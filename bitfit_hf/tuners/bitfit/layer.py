@@ -8,7 +8,7 @@ name and a forward hook adds it to the output, which is ``x + 0 == x`` until it 
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict
 
 import torch
 from torch import nn
@@ -40,9 +40,8 @@ def _add_bias_to_output(module: nn.Module, args, output):
     return output + module.bias.to(output.dtype)
 
 
-def add_zero_bias(module: nn.Module, init: Optional[Tuple[float, float]] = None) -> str:
-    """Give ``module`` a trainable zero bias (or one drawn from ``normal(*init)``); returns how it is
-    applied (``"native"`` or ``"hook"``)."""
+def add_zero_bias(module: nn.Module) -> str:
+    """Give ``module`` a trainable zero bias; returns how it is applied (``"native"`` or ``"hook"``)."""
     if has_bias(module):
         raise ValueError(f"{type(module).__name__} already has a bias; nothing to add.")
     kind = bias_kind(module)
@@ -55,9 +54,6 @@ def add_zero_bias(module: nn.Module, init: Optional[Tuple[float, float]] = None)
     # A quantized weight (uint8 / int8 storage) gives no bias dtype: such biases are float32.
     dtype = weight.dtype if weight.is_floating_point() else torch.float32
     bias = nn.Parameter(torch.zeros(size, dtype=dtype, device=weight.device))
-    if init is not None:
-        with torch.no_grad():
-            bias.normal_(*init)
     if kind == NATIVE:
         module.bias = bias
     else:
@@ -66,12 +62,31 @@ def add_zero_bias(module: nn.Module, init: Optional[Tuple[float, float]] = None)
     return kind
 
 
-def add_zero_biases(model: nn.Module, module_names, init: Optional[Tuple[float, float]] = None) -> Dict[str, str]:
-    """Add zero (or ``normal(*init)``) biases to the named modules of ``model``; returns ``{module name: kind}``."""
+def add_zero_biases(model: nn.Module, module_names) -> Dict[str, str]:
+    """Add zero biases to the named modules of ``model``; returns ``{module name: kind}``."""
     modules = dict(model.named_modules())
     added = {}
     for name in module_names:
         if name not in modules:
             raise KeyError(f"The model has no module named {name!r} to add a bias to.")
-        added[name] = add_zero_bias(modules[name], init)
+        added[name] = add_zero_bias(modules[name])
     return added
+
+
+BIAS_INIT_SEED = 0  # fixed, so every rank (and every rerun) draws the same initial biases
+
+
+def initialize_biases(params: Dict[str, nn.Parameter], names, mean_std) -> None:
+    """Fill the named bias parameters from ``normal(mean, std)`` in the given order (``mean_std`` as
+    :func:`bitfit_hf.tuners.bitfit.config.parse_bias_init` returns it; ``None`` leaves them as they are).
+    One fixed-seed generator on CPU draws them, so the values do not depend on the device or the rank."""
+    if mean_std is None:
+        return
+    mean, std = mean_std
+    generator = torch.Generator().manual_seed(BIAS_INIT_SEED)
+    with torch.no_grad():
+        for name in names:
+            param = params[name]
+            values = torch.randn(param.shape, generator=generator, dtype=torch.float32) * std + mean
+            param.copy_(values.to(device=param.device, dtype=param.dtype))
+

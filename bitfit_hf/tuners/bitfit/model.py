@@ -2,38 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
-from bitfit_hf.tuners.bitfit.config import BitFitConfig, parse_added_bias_init
-from bitfit_hf.tuners.bitfit.layer import add_zero_biases
-from bitfit_hf.tuners.bitfit.selection import Selection, resolve
-from bitfit_hf.tuners.bitfit.summary import TrainableSummary
+from bitfit_hf.tuners.bitfit.config import BitFitConfig, parse_bias_init
+from bitfit_hf.tuners.bitfit.layer import add_zero_biases, initialize_biases
+from bitfit_hf.tuners.bitfit.selection import resolve
 from bitfit_hf.tuners.quantized import check_modules_take_bias, check_selected_are_float, keep_biases_trainable
+from bitfit_hf.tuners.state import Selection, TunerState, get_tuner_state, set_tuner_state, unwrap
 from bitfit_hf.utils.fingerprint import base_fingerprint, base_sketch
+from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_shape
 
-_STATE_ATTR = "_bitfit_state"
+logger = logging.getLogger("bitfit_hf")
 
-
-class BitFitState:
-    """What :func:`apply_bitfit` did to a model; kept on the model as ``model._bitfit_state``."""
-
-    def __init__(self, selection: Selection, added_biases: Dict[str, str], fingerprint: str):
-        self.selection = selection
-        self.added_biases = added_biases  # module name -> "native" | "hook"
-        self.fingerprint = fingerprint  # of the frozen base weights, taken before training
-        self.mask_handles: List = []
-
-    @property
-    def config(self) -> BitFitConfig:
-        return self.selection.config
-
-    @property
-    def summary(self) -> TrainableSummary:
-        return TrainableSummary.from_selection(self.selection)
+# BitFit's state is the state every method leaves on the model.
+BitFitState = TunerState
 
 
 def _chunk_mask(param: nn.Parameter, chunks: List[Tuple[int, int]]) -> torch.Tensor:
@@ -68,10 +55,12 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
         fingerprint = base_fingerprint(model, exclude=set(selection.parameter_names), head_modules=selection.head_modules)
         sketch = base_sketch(model, exclude=set(selection.parameter_names), head_modules=selection.head_modules)
     else:
-        sketch = getattr(previous, "base_sketch", {})
+        sketch = previous.base_sketch
     added = dict(previous.added_biases) if previous is not None else {}
-    added.update(add_zero_biases(model, selection.biases_to_add, parse_added_bias_init(config.added_bias_init)))
+    new = add_zero_biases(model, {m: k for m, k in selection.biases_to_add.items() if m not in added})
+    added.update(new)
     keep_biases_trainable(model, selection.bias_parameter_names)  # quantized bases: float32, outside kernels
+    _initialize(model, config, selection, [f"{m}.bias" for m in new])
 
     trained = set(selection.parameter_names)
     for name, param in model.named_parameters():
@@ -83,22 +72,30 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
     for name, chunks in selection.chunk_masks().items():
         mask = _chunk_mask(params[name], chunks)
         state.mask_handles.append(params[name].register_hook(lambda grad, mask=mask: grad * mask.to(grad.dtype)))
-    setattr(model, _STATE_ATTR, state)
+    set_tuner_state(model, state)
     return state
 
 
+def _initialize(model: nn.Module, config: BitFitConfig, selection: Selection, added: List[str]) -> None:
+    """``added_bias_init`` for the biases just added, and for the pretrained ones only on explicit request."""
+    mean_std = parse_bias_init(config.added_bias_init)
+    params = dict(model.named_parameters())
+    names = list(added)
+    if config.reinit_existing_biases:
+        existing = [e.name for e in selection.entries if e.name.endswith(".bias") and not e.added and e.role != "head"]
+        logger.warning("reinit_existing_biases=True: overwriting %d pretrained bias tensors with %s; their "
+                       "pretrained values are lost for this run.", len(existing), config.added_bias_init)
+        names += list(dict.fromkeys(existing))
+        if mean_std is None:
+            with torch.no_grad():
+                for name in existing:
+                    params[name].zero_()
+    initialize_biases(params, names, mean_std)
+
+
 def get_bitfit_state(model: nn.Module) -> Optional[BitFitState]:
-    """The :class:`BitFitState` of a model prepared by :func:`apply_bitfit`, or ``None``."""
-    return getattr(unwrap(model), _STATE_ATTR, None)
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The user's model inside DDP / DeepSpeed / torch.compile wrappers."""
-    while True:
-        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-        if not isinstance(inner, nn.Module):
-            return model
-        model = inner
+    """The state of a model prepared by :func:`apply_bitfit` (or another method), or ``None``."""
+    return get_tuner_state(model)
 
 
 def trainable_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
@@ -114,5 +111,5 @@ def adapter_parameter_names(model: nn.Module, state: BitFitState) -> List[str]:
     """Trained tensors plus the whole head: the head travels with the adapter even when frozen,
     because a stock model's head is randomly initialised."""
     heads = state.selection.head_modules
-    head = [n for n, _ in unwrap(model).named_parameters() if any(n == h or n.startswith(h + ".") for h in heads)]
+    head = [n for n, _ in unwrap(model).named_parameters() if is_under(n, heads)]
     return list(dict.fromkeys(state.selection.parameter_names + head))

@@ -8,225 +8,255 @@ error that names the roles and the model's bias parameters, never a silent no-op
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional
 
 from torch import nn
 
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.layer import bias_kind, has_bias
-from bitfit_hf.tuners.roles import ALL_ROLES, ARCHITECTURE_ROLES, PRESETS, match_role, roles_for
+from bitfit_hf.tuners.errors import SelectionError
+from bitfit_hf.tuners.roles import (
+    ALL_ROLES,
+    ARCHITECTURE_ROLES,
+    GAIN_ROLES,
+    PRESETS,
+    match_role,
+    module_roles,
+    parameter_of,
+    roles_for,
+    rules_of,
+)
+from bitfit_hf.tuners.state import HEAD, Selection, TrainedTensor, detect_head_modules
+from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_numel, full_shape
 
-HEAD = "head"
 OTHER_BIAS = "bias"  # a bias parameter that no role names (e.g. ELECTRA's embeddings projection)
 PATTERN = "pattern"
 WEIGHT = "weight"  # full fine-tuning: a non-bias parameter
+GAIN = "gain"  # a norm gain that no gain role names (e.g. Qwen3's per-head q_norm / k_norm)
+EMBEDDING_ROLES = ("b_emb_LN", "g_emb_LN")  # below the first layer: the deepest for layer-wise rates
 
 
-@dataclass(frozen=True)
-class TrainedTensor:
-    """One trained parameter (or one fused chunk of it) and why it is trained."""
-
-    name: str
-    role: str
-    layer: str = ""
-    numel: int = 0
-    chunk: Optional[Tuple[int, int]] = None
-    added: bool = False
-
-
-@dataclass
-class Selection:
-    """The resolved plan: trained tensors, biases to add, and the model's size for fractions."""
-
-    config: BitFitConfig
-    model_type: str
-    entries: List[TrainedTensor]
-    biases_to_add: Dict[str, str] = field(default_factory=dict)  # module name -> "native" | "hook"
-    head_modules: List[str] = field(default_factory=list)
-    total_params: int = 0  # parameters of the model before any bias is added
-
-    @property
-    def parameter_names(self) -> List[str]:
-        """Trained parameter names, each once, in model order."""
-        return list(dict.fromkeys(entry.name for entry in self.entries))
-
-    @property
-    def head_parameter_names(self) -> List[str]:
-        return list(dict.fromkeys(e.name for e in self.entries if e.role == HEAD))
-
-    @property
-    def bias_parameter_names(self) -> List[str]:
-        return list(dict.fromkeys(e.name for e in self.entries if e.role != HEAD))
-
-    @property
-    def trainable_numel(self) -> int:
-        return sum(entry.numel for entry in self.entries)
-
-    def chunk_masks(self) -> Dict[str, List[Tuple[int, int]]]:
-        """Parameters trained only in some fused chunks: ``{name: [(index, count), ...]}``."""
-        chunks: Dict[str, List[Optional[Tuple[int, int]]]] = {}
-        for entry in self.entries:
-            chunks.setdefault(entry.name, []).append(entry.chunk)
-        return {
-            name: sorted(set(parts))
-            for name, parts in chunks.items()
-            if None not in parts and len(set(parts)) < parts[0][1]
-        }
+def layer_depths(selection: Selection) -> Dict[str, int]:
+    """How many layers below the top each trained tensor sits (0: the top layer, the head, the pooler
+    and final norms; ``L`` for the embeddings' norm of an ``L``-layer stack). Layer-wise learning rates
+    scale a tensor's rate by ``decay ** depth``; tensors outside every layer that are not embeddings get 0."""
+    counts = selection.layer_counts
+    deepest = max(counts.values(), default=0)
+    depths: Dict[str, int] = {}
+    for entry in selection.entries:
+        stack, _, index = entry.layer.rpartition(".")
+        if index.isdigit() and stack in counts:
+            depth = counts[stack] - 1 - int(index)
+        elif entry.role in EMBEDDING_ROLES:
+            depth = deepest
+        else:
+            depth = 0
+        depths[entry.name] = max(depths.get(entry.name, 0), depth)
+    return depths
 
 
-def detect_head_modules(model: nn.Module) -> List[str]:
-    """Top-level modules outside the base model that own parameters: the task head.
-
-    ``BertForSequenceClassification`` gives ``["classifier"]``, DistilBERT ``["pre_classifier",
-    "classifier"]``, GPT-2 and LLaMA ``["score"]``. Output embeddings (an LM head) are pretrained,
-    usually tied to the input embeddings, and are never treated as a task head.
-    """
-    prefix = getattr(model, "base_model_prefix", "")
-    base = getattr(model, prefix, None) if prefix else None
-    if not isinstance(base, nn.Module) or base is model:
-        return []
-    output_embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    heads = []
-    for name, child in model.named_children():
-        if name == prefix or child is output_embeddings:
-            continue
-        if any(True for _ in child.parameters()):
-            heads.append(name)
-    return heads
+def count_layers(model_type: str, module_names: Iterable[str]) -> Dict[str, int]:
+    """Layers per stack of a known architecture, from the module names its role rules match."""
+    if model_type not in ARCHITECTURE_ROLES:
+        return {}
+    counts: Dict[str, int] = {}
+    rules = [rule for role_rules in roles_for(model_type).values() for rule in role_rules]
+    for name in module_names:
+        for rule in rules:
+            layer = match_role(rule, name)
+            if layer:
+                stack, _, index = layer.rpartition(".")
+                counts[stack] = max(counts.get(stack, 0), int(index) + 1)
+                break
+    return counts
 
 
-def _under(name: str, modules: Iterable[str]) -> bool:
-    return any(name == m or name.startswith(m + ".") for m in modules)
+def is_norm(module: nn.Module) -> bool:
+    """A LayerNorm / RMSNorm-style module with a 1-D gain (``weight``)."""
+    weight = getattr(module, "weight", None)
+    return (isinstance(module, nn.LayerNorm) or "norm" in type(module).__name__.lower()) and (
+        isinstance(weight, nn.Parameter) and weight.dim() == 1)
 
 
 def _bias_names(params: Dict[str, nn.Parameter]) -> List[str]:
     return [n for n in params if n.rsplit(".", 1)[-1] == "bias"]
 
 
-def _nothing_selected(what: str, model_type: str, params: Dict[str, nn.Parameter], hint: str = "") -> ValueError:
+def _nothing_selected(what: str, model_type: str, params: Dict[str, nn.Parameter], hint: str = "") -> SelectionError:
     biases = _bias_names(params)
     shown = ", ".join(biases[:12]) + (f", ... ({len(biases)} in all)" if len(biases) > 12 else "")
-    return ValueError(
+    return SelectionError(
         f"{what} selects no parameter of this {model_type or 'model'} model. "
         f"Roles: {', '.join(ALL_ROLES)}; presets: {', '.join(PRESETS)}. "
         f"The model's bias parameters: {shown or 'none'}.{(' ' + hint) if hint else ''}"
     )
 
 
-def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selection:
-    """Work out exactly which tensors ``config`` trains on ``model``."""
-    config = config or BitFitConfig()
-    model_type = getattr(getattr(model, "config", None), "model_type", "") or ""
-    modules = dict(model.named_modules())
-    params = dict(model.named_parameters())
-    head_modules = list(config.head_modules) if config.head_modules is not None else detect_head_modules(model)
-    missing_heads = [m for m in head_modules if m not in modules]
-    if missing_heads:
-        raise ValueError(f"head_modules {missing_heads} are not modules of this model.")
-    head_params = [n for n in params if _under(n, head_modules)]
+class _Plan:
+    """The selection being built: entries in order, the names covered, the biases to add."""
 
-    entries: List[TrainedTensor] = []
-    covered: Dict[str, None] = {}
-    to_add: Dict[str, str] = {}
+    def __init__(self, config: BitFitConfig, model: nn.Module):
+        self.config = config
+        self.model_type = getattr(getattr(model, "config", None), "model_type", "") or ""
+        self.modules = dict(model.named_modules())
+        self.params = dict(model.named_parameters())
+        heads = list(config.head_modules) if config.head_modules is not None else detect_head_modules(model)
+        missing = [m for m in heads if m not in self.modules]
+        if missing:
+            raise SelectionError(f"head_modules {missing} are not modules of this model.")
+        self.head_modules = heads
+        self.entries: List[TrainedTensor] = []
+        self.covered: Dict[str, None] = {}
+        self.to_add: Dict[str, str] = {}
 
-    def take(name: str, role: str, layer: str = "", chunk=None, added=False, numel=None) -> None:
+    def take(self, name: str, role: str, layer: str = "", chunk=None, added=False, numel=None) -> None:
         if numel is None:
-            numel = full_numel(params[name]) if name in params else 0
+            numel = full_numel(self.params[name]) if name in self.params else 0
             if chunk is not None:
                 numel //= chunk[1]
-        entries.append(TrainedTensor(name, role, layer, numel, chunk, added))
-        covered[name] = None
+        self.entries.append(TrainedTensor(name, role, layer, numel, chunk, added))
+        self.covered[name] = None
 
-    preset = config.preset
-    if preset == "full":
-        for name, param in params.items():
-            if _under(name, head_modules):
-                if config.train_head:
-                    take(name, HEAD)
-            else:
-                take(name, OTHER_BIAS if name.endswith(".bias") else WEIGHT)
-        return Selection(config, model_type, entries, {}, head_modules, sum(full_numel(p) for p in params.values()))
+    def nothing_selected(self, what: str, hint: str = "") -> ValueError:
+        return _nothing_selected(what, self.model_type, self.params, hint)
 
-    if preset == "all":
-        wanted_roles = list(roles_for(model_type)) if model_type in ARCHITECTURE_ROLES else []
-    elif preset is not None:  # "frozen" and "paper-subset"
-        wanted_roles = list(PRESETS[preset])
-    else:
-        wanted_roles = list(config.bias_terms)
+    def selection(self) -> Selection:
+        total = sum(full_numel(p) for p in self.params.values())
+        return Selection(self.config, self.model_type, self.entries, self.to_add, self.head_modules, total,
+                         count_layers(self.model_type, self.modules))
 
-    if wanted_roles:
-        table = roles_for(model_type)
-        for role in wanted_roles:
-            if role not in table:
-                if preset == "all":
-                    continue
-                raise _nothing_selected(
-                    f"Role {role!r}",
-                    model_type,
-                    params,
-                    f"This architecture has the roles: {', '.join(table)}.",
-                )
-            matched_any = False
-            missing: List[str] = []
-            for module_name, module in modules.items():
-                if _under(module_name, head_modules):
-                    continue
-                for rule in table[role]:
-                    layer = match_role(rule, module_name)
-                    if layer is None:
-                        continue
-                    matched_any = True
-                    bias_name = f"{module_name}.bias"
-                    if has_bias(module):
-                        take(bias_name, role, layer, rule.chunk)
-                    elif config.add_missing_biases:
-                        kind = to_add.get(module_name) or bias_kind(module)
-                        to_add[module_name] = kind
-                        size = module.out_features if isinstance(module, nn.Linear) else full_shape(module.weight)[0]
-                        take(bias_name, role, layer, rule.chunk, added=True, numel=size)
-                    else:
-                        missing.append(module_name)
-            if not matched_any and preset != "all":
-                raise _nothing_selected(f"Role {role!r}", model_type, params)
-            if missing and preset != "all":
-                raise ValueError(
-                    f"Role {role!r} names {len(missing)} module(s) without a bias in this {model_type} model "
-                    f"(e.g. {missing[0]}). Set add_missing_biases=True (--add_missing_biases) to add "
-                    "zero-initialised biases there; the model's outputs stay unchanged until training."
-                )
+    @property
+    def whole_model_preset(self) -> bool:
+        """``all`` / ``one-d``: every role the architecture has, skipping those it lacks silently."""
+        return self.config.preset in ("all", "one-d")
 
-    if preset == "all":
-        for name in _bias_names(params):
-            if name not in covered and not _under(name, head_modules):
-                take(name, OTHER_BIAS)
-        if not entries:
-            raise _nothing_selected(
-                "bias_terms='all'",
-                model_type,
-                params,
-                "This model has no bias terms: set add_missing_biases=True to add zero-initialised ones"
-                + (" to every role's module." if model_type in ARCHITECTURE_ROLES else " (needs a known architecture)."),
+
+def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selection:
+    """Work out exactly which tensors ``config`` trains on ``model``."""
+    plan = _Plan(config or BitFitConfig(), model)
+    if plan.config.preset == "full":
+        _select_everything(plan)
+        return plan.selection()
+    _select_roles(plan, _wanted_roles(plan))
+    if plan.whole_model_preset:
+        _select_unnamed_vectors(plan)
+    _select_patterns(plan)
+    if plan.config.train_head:
+        for name in plan.params:
+            if is_under(name, plan.head_modules) and name not in plan.covered:
+                plan.take(name, HEAD)
+    if not plan.entries:
+        cfg = plan.config
+        raise plan.nothing_selected(
+            f"bias_terms={cfg.bias_terms}, patterns={cfg.patterns}, train_head={cfg.train_head}",
+            "Nothing would be trained" + ("" if plan.head_modules else " (the model has no task head)")
+            + ": select bias terms, or keep train_head=True on a model with a task head.",
+        )
+    return plan.selection()
+
+
+def _wanted_roles(plan: _Plan) -> List[str]:
+    preset = plan.config.preset
+    if plan.whole_model_preset:
+        roles = list(roles_for(plan.model_type)) if plan.model_type in ARCHITECTURE_ROLES else []
+        return roles + list(GAIN_ROLES) if preset == "one-d" else roles
+    if preset is not None:  # "frozen" and "paper-subset"
+        return list(PRESETS[preset])
+    return list(plan.config.bias_terms)
+
+
+def _select_everything(plan: _Plan) -> None:
+    """``full``: every parameter (the full fine-tuning baseline)."""
+    for name in plan.params:
+        if is_under(name, plan.head_modules):
+            if plan.config.train_head:
+                plan.take(name, HEAD)
+        else:
+            plan.take(name, OTHER_BIAS if name.endswith(".bias") else WEIGHT)
+
+
+def _select_roles(plan: _Plan, roles: List[str]) -> None:
+    """The biases of the named roles; under ``all``, roles the architecture lacks are skipped silently."""
+    if not roles:
+        return
+    lenient = plan.whole_model_preset
+    table = roles_for(plan.model_type)
+    absent = [role for role in roles if rules_of(table, role) is None]
+    if absent and not lenient:
+        raise plan.nothing_selected(f"Role {absent[0]!r}", f"This architecture has the roles: {', '.join(table)}.")
+    matched: Dict[str, List[str]] = {role: [] for role in roles}
+    missing: Dict[str, List[str]] = {role: [] for role in roles}
+    body = {name: module for name, module in plan.modules.items() if not is_under(name, plan.head_modules)}
+    for role in (r for r in roles if r not in absent):  # role-major: the order adapters record their tensors in
+        take = _take_gain if parameter_of(role) == "weight" else _take_bias
+        for module_name, module in body.items():
+            for _, rule, layer in module_roles(table, module_name, [role]):
+                matched[role].append(module_name)
+                take(plan, module_name, module, role, layer, rule.chunk, missing[role])
+    if lenient:
+        return
+    for role in roles:
+        if not matched[role]:
+            raise plan.nothing_selected(f"Role {role!r}")
+        if missing[role]:
+            raise SelectionError(
+                f"Role {role!r} names {len(missing[role])} module(s) without a bias in this {plan.model_type} model "
+                f"(e.g. {missing[role][0]}). Set add_missing_biases=True (--add_missing_biases) to add "
+                "zero-initialised biases there; the model's outputs stay unchanged until training."
             )
 
-    for pattern in config.patterns:
+
+def _take_bias(plan: _Plan, module_name: str, module: nn.Module, role: str, layer: str, chunk, missing: List[str]) -> None:
+    """The module's bias, or a bias to add (``add_missing_biases``), or a note that it has none."""
+    bias_name = f"{module_name}.bias"
+    if has_bias(module):
+        plan.take(bias_name, role, layer, chunk)
+    elif plan.config.add_missing_biases:
+        plan.to_add[module_name] = plan.to_add.get(module_name) or bias_kind(module)
+        size = module.out_features if isinstance(module, nn.Linear) else full_shape(module.weight)[0]
+        plan.take(bias_name, role, layer, chunk, added=True, numel=size)
+    else:
+        missing.append(module_name)
+
+
+def _take_gain(plan: _Plan, module_name: str, module: nn.Module, role: str, layer: str, chunk, missing: List[str]) -> None:
+    """A norm's 1-D gain (gain roles of ``one-d``): never added; named explicitly, it must exist."""
+    if is_norm(module):
+        plan.take(f"{module_name}.weight", role, layer)
+    elif plan.config.preset is None:
+        raise SelectionError(f"Role {role!r} names {module_name}, which has no 1-D gain (weight).")
+
+
+def _select_unnamed_vectors(plan: _Plan) -> None:
+    """``all`` / ``one-d``: biases (and for ``one-d`` norm gains) no role names too (ELECTRA's embeddings
+    projection, Qwen3's q_norm, ...); an error if nothing at all is selected."""
+    for name in _bias_names(plan.params):
+        if name not in plan.covered and not is_under(name, plan.head_modules):
+            plan.take(name, OTHER_BIAS)
+    if plan.config.preset == "one-d":
+        for module_name, module in plan.modules.items():
+            gain = f"{module_name}.weight"
+            if is_norm(module) and gain in plan.params and gain not in plan.covered and not is_under(module_name, plan.head_modules):
+                plan.take(gain, GAIN)
+    if not plan.entries:
+        known = plan.model_type in ARCHITECTURE_ROLES
+        raise plan.nothing_selected(
+            f"bias_terms={plan.config.preset!r}",
+            "This model has no bias terms: set add_missing_biases=True to add zero-initialised ones"
+            + (" to every role's module." if known else " (needs a known architecture)."),
+        )
+
+
+def _select_patterns(plan: _Plan) -> None:
+    for pattern in plan.config.patterns:
         try:
             compiled = re.compile(pattern)
         except re.error as err:
-            raise ValueError(f"Invalid regular expression in patterns: {pattern!r} ({err}).") from None
-        hits = [n for n in params if compiled.fullmatch(n)]
+            raise SelectionError(f"Invalid regular expression in patterns: {pattern!r} ({err}).") from None
+        hits = [n for n in plan.params if compiled.fullmatch(n)]
         if not hits:
-            raise _nothing_selected(f"Pattern {pattern!r}", model_type, params, "Patterns must match whole names.")
+            raise plan.nothing_selected(f"Pattern {pattern!r}", "Patterns must match whole names.")
         for name in hits:
-            if name not in covered:
-                take(name, PATTERN)
-
-    if config.train_head:
-        for name in head_params:
-            if name not in covered:
-                take(name, HEAD)
-
-    total = sum(full_numel(p) for p in params.values())
-    return Selection(config, model_type, entries, to_add, head_modules, total)
-
+            if name not in plan.covered:
+                plan.take(name, PATTERN)

@@ -1,0 +1,324 @@
+"""Run the study's cells, one recipe subprocess at a time, resumably.
+
+Each cell is ``python recipes/<recipe>.py <flags> --output_dir <study>/runs/<cell id>``: the recipes'
+own code path, in a fresh process (so one cell's memory peak is its own, read with ``wait4``). When it
+exits, its record is written atomically to ``<study>/cells/<cell id>.json``; a re-run skips every cell
+that has a record, so a killed study loses at most the cell that was running. The child dies with the
+study (``PR_SET_PDEATHSIG`` on Linux), and a cell whose run directory exists without a record is
+simply run again from scratch.
+
+Cells whose ``--method`` this build's recipes do not accept are never started: they are reported as
+"not run: method not available in this build", and run on the first invocation after the method lands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+from bitfit_hf.study.grid import Budget, Cell, StudySettings, plan
+from bitfit_hf.study.outcome import read_outcome
+from bitfit_hf.utils.errors import UserError
+from bitfit_hf.utils.io import read_json_object, write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "StudyError",
+    "CellState",
+    "NOT_AVAILABLE",
+    "available_methods",
+    "find_recipes_dir",
+    "Study",
+]
+
+RECORD_FORMAT = 1
+NOT_AVAILABLE = "not run: method not available in this build"
+RECIPES_ENV = "BITFIT_HF_RECIPES"
+_KEEP_SUFFIXES = (".json", ".md", ".png", ".txt")
+_DROP_NAMES = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt"}
+_KEEP_MAX_BYTES = 2 * 2**20
+
+
+class StudyError(UserError):
+    """A study cannot start or continue: bad options, no recipes folder, a study already running there."""
+
+
+def available_methods() -> frozenset:
+    """The ``--method`` values this build's recipes accept."""
+    from bitfit_hf.recipe_kit.args import METHODS
+
+    return frozenset(METHODS)
+
+
+def find_recipes_dir(explicit: Optional[str] = None) -> str:
+    """``explicit``, else ``$BITFIT_HF_RECIPES``, else the ``recipes/`` folder of the source checkout
+    this package was imported from."""
+    import bitfit_hf
+
+    candidates = [explicit, os.environ.get(RECIPES_ENV),
+                  os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(bitfit_hf.__file__))), "recipes")]
+    for folder in candidates:
+        if folder and os.path.isfile(os.path.join(folder, "glue.py")):
+            return os.path.abspath(folder)
+    raise StudyError(
+        "cannot find the recipes folder (recipes/glue.py, pos.py, squad.py): run from a source checkout of "
+        f"bitfit-hf, or pass --recipes_dir (or set ${RECIPES_ENV})."
+    )
+
+
+@dataclass
+class CellState:
+    """A planned cell and where it stands: ``done``, ``failed``, ``pending`` or ``unavailable``."""
+
+    cell: Cell
+    cell_id: str
+    status: str
+    record: Optional[Dict[str, Any]] = None
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to kill this child when the study process dies (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _error_line(log_path: str) -> str:
+    """The recipe's ``error:`` line, else the last non-empty lines of its log."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as handle:
+            lines = [line.rstrip() for line in handle if line.strip()]
+    except OSError:
+        return "(no log)"
+    for line in reversed(lines):
+        if line.startswith("error:") or ": error:" in line:
+            return line
+    return " | ".join(lines[-3:]) if lines else "(empty log)"
+
+
+def _prune(run_dir: str) -> None:
+    """Drop weights and checkpoints from a finished run; keep its small JSON / text / PNG outputs."""
+    for root, dirs, files in os.walk(run_dir):
+        for name in list(dirs):
+            if name.startswith("checkpoint-"):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+                dirs.remove(name)
+        for name in files:
+            path = os.path.join(root, name)
+            if name in _DROP_NAMES or not name.endswith(_KEEP_SUFFIXES) or os.path.getsize(path) > _KEEP_MAX_BYTES:
+                os.remove(path)
+
+
+@contextlib.contextmanager
+def _exclusive(folder: str) -> Iterator[None]:
+    """Hold ``<folder>/.study.lock`` so two studies never write the same folder (released on death)."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, ".study.lock")
+    handle = open(path, "a+")
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # pragma: no cover - not POSIX: no lock
+            pass
+        except OSError:
+            raise StudyError(f"another study is running in {folder} (it holds {path}); wait for it or use another "
+                             "--output_dir.") from None
+        yield
+    finally:
+        handle.close()
+
+
+class Study:
+    """A budget's cells under one output folder: their states, running the pending ones, and the records."""
+
+    def __init__(
+        self,
+        output_dir: str,
+        budget: Budget,
+        settings: StudySettings,
+        tasks: Optional[Sequence[str]] = None,
+        methods: Optional[Sequence[str]] = None,
+        seeds: Optional[Sequence[int]] = None,
+        recipes_dir: Optional[str] = None,
+        retry_failed: bool = False,
+        keep_outputs: bool = False,
+        python: Optional[str] = None,
+    ):
+        self.output_dir = os.path.abspath(output_dir)
+        self.budget = budget
+        self.settings = settings
+        self.tasks, self.methods = tasks, methods
+        self.cells = plan(budget, tasks, methods, seeds)
+        self._recipes_dir = recipes_dir
+        self.retry_failed = retry_failed
+        self.keep_outputs = keep_outputs
+        self.python = python or sys.executable
+
+    # ---- where things live --------------------------------------------------------------------------
+    def record_path(self, cell_id: str) -> str:
+        return os.path.join(self.output_dir, "cells", f"{cell_id}.json")
+
+    def run_dir(self, cell_id: str) -> str:
+        return os.path.join(self.output_dir, "runs", cell_id)
+
+    # ---- states ---------------------------------------------------------------------------------------
+    def states(self) -> List[CellState]:
+        """Every planned cell with its status, from the records on disk and this build's methods."""
+        methods = available_methods()
+        out = []
+        for cell in self.cells:
+            cell_id = cell.cell_id(self.settings)
+            record = read_json_object(self.record_path(cell_id))
+            if record is not None and record.get("format") == RECORD_FORMAT and record.get("status") in ("done", "failed"):
+                status = record["status"]
+                if status == "failed" and self.retry_failed:
+                    status = "pending"
+            elif cell.row.method not in methods:
+                status, record = "unavailable", None
+            else:
+                status, record = "pending", None
+            out.append(CellState(cell, cell_id, status, record))
+        return out
+
+    # ---- running ---------------------------------------------------------------------------------------
+    def command(self, cell: Cell, cell_id: str, recipes_dir: str) -> List[str]:
+        script = os.path.join(recipes_dir, f"{cell.spec.recipe}.py")
+        return [self.python, script, *cell.recipe_args(self.settings), "--output_dir", self.run_dir(cell_id)]
+
+    def run(self, progress: bool = True, echo=print, max_cells: Optional[int] = None) -> List[CellState]:
+        """Run the pending cells in plan order (at most ``max_cells`` of them); returns the states."""
+        with _exclusive(self.output_dir):
+            states = self.states()
+            pending = [s for s in states if s.status == "pending"]
+            done = sum(s.status == "done" for s in states)
+            unavailable = sum(s.status == "unavailable" for s in states)
+            failed = sum(s.status == "failed" for s in states)
+            echo(f"study {self.budget.name}: {len(states)} cells: {done} finished (skipped), {failed} failed before "
+                 f"(skipped; --retry_failed runs them again), {unavailable} {NOT_AVAILABLE}, {len(pending)} to run")
+            if max_cells is not None:
+                pending = pending[: max(0, max_cells)]
+                echo(f"running {len(pending)} of them (--max_cells {max_cells})")
+            if not pending:
+                return states
+            recipes_dir = find_recipes_dir(self._recipes_dir)
+            bar = _progress_bar(pending, progress)
+            try:
+                for index, state in enumerate(pending, start=1):
+                    if bar is not None:
+                        bar.set_postfix_str(f"cell {index}/{len(pending)} {state.cell_id}", refresh=True)
+                    state.record = self._run_cell(state.cell, state.cell_id, recipes_dir)
+                    state.status = state.record["status"]
+                    line = _cell_line(index, len(pending), state)
+                    if bar is not None:
+                        bar.update(state.cell.estimated_seconds())
+                        bar.write(line)
+                    else:
+                        echo(line)
+            finally:
+                if bar is not None:
+                    bar.close()
+            return states
+
+    def _run_cell(self, cell: Cell, cell_id: str, recipes_dir: str) -> Dict[str, Any]:
+        run_dir = self.run_dir(cell_id)
+        shutil.rmtree(run_dir, ignore_errors=True)  # a half-finished run of a killed study
+        os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+        log_path = run_dir + ".log"
+        command = self.command(cell, cell_id, recipes_dir)
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+        started = time.time()
+        with open(log_path, "w", encoding="utf-8") as log:
+            log.write("$ " + " ".join(command) + "\n")
+            log.flush()
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+            returncode, usage = _wait(process)
+        wall = time.time() - started
+        peak_rss_mb = cpu_s = None
+        if usage is not None:
+            scale = 1024 if sys.platform.startswith("linux") else 1  # ru_maxrss: KiB on Linux, bytes on macOS
+            peak_rss_mb = usage.ru_maxrss * scale / 2**20
+            cpu_s = usage.ru_utime + usage.ru_stime
+        record: Dict[str, Any] = {
+            "format": RECORD_FORMAT,
+            "cell_id": cell_id,
+            "task": cell.task,
+            "method": cell.method,
+            "recipe_method": cell.row.method,
+            "train_size": cell.train_size,
+            "seed": cell.seed,
+            "epochs": cell.epochs,
+            "purposes": list(cell.purposes),
+            "command": command,
+            "wall_s": wall,
+            "cpu_s": cpu_s,
+            "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "log": os.path.relpath(log_path, self.output_dir),
+        }
+        if returncode != 0:
+            how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+            record.update(status="failed", error=f"{how}: {_error_line(log_path)}")
+        else:
+            try:
+                record.update(status="done", **read_outcome(cell, run_dir, peak_rss_mb))
+            except ValueError as err:
+                record.update(status="failed", error=str(err))
+        if not self.keep_outputs:
+            _prune(run_dir)
+        write_json_atomic(self.record_path(cell_id), record)
+        return record
+
+
+def _wait(process: subprocess.Popen):
+    """Wait for ``process``; returns (exit code, its resource usage or None). On Ctrl-C the child is
+    stopped and the interrupt goes on (the cell is not recorded)."""
+    try:
+        if hasattr(os, "wait4"):
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+            return process.returncode, usage
+        return process.wait(), None
+    except BaseException:
+        if process.returncode is None:
+            process.kill()
+            process.wait()
+        raise
+
+
+def _progress_bar(pending: List[CellState], enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    total = sum(s.cell.estimated_seconds() for s in pending)
+    # The bar advances by each cell's estimated cost, so the ETA scales the estimate by the measured speed.
+    return tqdm(total=total, unit="", desc="study", dynamic_ncols=True, file=sys.stderr,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}] {postfix}")
+
+
+def _cell_line(index: int, total: int, state: CellState) -> str:
+    record = state.record or {}
+    if state.status == "done":
+        score = f"{record['metric']} {record['score']:.2f}"
+        if record.get("train_score") is not None:
+            score += f" (train {record['train_score']:.2f})"
+        return f"[{index}/{total}] {state.cell_id}: {score}, {record['wall_s']:.0f} s"
+    return f"[{index}/{total}] {state.cell_id}: FAILED ({record.get('error', '?')})"

@@ -1,0 +1,7 @@
+"""AdapterBias (Fu et al., NAACL 2022): a token-dependent shift ``L_alpha(h) * v`` on every FFN output
+projection, trained with the FFN and embeddings LayerNorms and the task head."""
+
+from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
+from bitfit_hf.tuners.adapterbias.model import apply_adapterbias, insert_shifts
+
+__all__ = ["AdapterBiasConfig", "apply_adapterbias", "insert_shifts"]

@@ -1,0 +1,114 @@
+"""What AdapterBias trains: the configuration (a plain, JSON-serialisable dataclass).
+
+AdapterBias (Fu et al., Findings of NAACL 2022) adds to the output of each layer's FFN output
+projection a token-dependent shift ``alpha(h) * v``: ``v`` is a vector of the hidden size and
+``alpha = L_alpha(h)`` one weight per token, computed by a linear layer from the projection's input
+``h`` (the FFN's intermediate activation). Besides ``v`` and ``L_alpha`` the official code trains the
+FFN LayerNorm of every layer and the embeddings LayerNorm (gain and bias), and the task head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List, Optional
+
+from bitfit_hf.tuners.roles import ALL_ROLES
+
+#: Roles of the tensors AdapterBias trains (beside the norms' ``g_<role>`` gains and ``b_<role>`` biases).
+VECTOR = "ab_v"  # the shift vector v of one layer
+ALPHA = "ab_alpha"  # L_alpha (weight and bias) of one layer, or the shared one (layer "")
+GAIN_PREFIX = "g_"  # a trained norm's gain: "g_LN2" beside the bias role "b_LN2"
+
+#: The official code's LayerNorms: every one whose name lacks "attention" (the FFN's and the embeddings').
+DEFAULT_NORM_ROLES = ("b_LN2", "b_emb_LN")
+
+# Fields every adapter records for BitFit; AdapterBias has no use for them and accepts them only
+# with their neutral values (an adapter's config hands them back when it is loaded).
+_NEUTRAL = {"bias_terms": ([], ["frozen"], None), "patterns": ([], None), "add_missing_biases": (False, None)}
+
+
+@dataclass
+class AdapterBiasConfig:
+    """Which parameters AdapterBias trains.
+
+    Args:
+        share_alpha: one ``L_alpha`` shared by every layer (the paper's parameter-sharing variant)
+            instead of one per layer.
+        norm_roles: norm roles (see :data:`bitfit_hf.tuners.roles.ALL_ROLES`) whose modules are trained,
+            gain and bias. Default: the FFN LayerNorm of every layer and the embeddings LayerNorm, as the
+            official code; a role the architecture lacks (GPT-2 has no embeddings LayerNorm) is skipped.
+        train_head: train the task head.
+        head_modules: module names of the head; detected from the model when ``None``.
+        adapter_learning_rate / norm_learning_rate / head_learning_rate: per-group learning rates for
+            ``BitFitTrainer`` (``v`` and ``L_alpha``; the norms; the head). ``None``: the trainer's
+            ``learning_rate`` (the official code trains everything at 1e-4).
+        alpha_init_seed: ``L_alpha`` starts as ``nn.Linear``'s default initialisation, drawn from a
+            generator seeded with this value plus the layer index, so every process and every run
+            builds the same one whatever the global random state. ``v`` starts at zero, so the
+            initial ``L_alpha`` never changes the model's outputs.
+        save_full_model: ``BitFitTrainer.save_model`` writes a full checkpoint instead of the adapter.
+    """
+
+    method: ClassVar[str] = "adapterbias"
+
+    share_alpha: bool = False
+    norm_roles: List[str] = field(default_factory=lambda: list(DEFAULT_NORM_ROLES))
+    train_head: bool = True
+    head_modules: Optional[List[str]] = None
+    adapter_learning_rate: Optional[float] = None
+    norm_learning_rate: Optional[float] = None
+    head_learning_rate: Optional[float] = None
+    alpha_init_seed: int = 0
+    save_full_model: bool = False
+
+    def __post_init__(self) -> None:
+        self.norm_roles = list(self.norm_roles or [])
+        unknown = [role for role in self.norm_roles if role not in ALL_ROLES]
+        if unknown:
+            raise ValueError(f"AdapterBiasConfig.norm_roles: unknown role(s) {unknown}; roles: {', '.join(ALL_ROLES)}.")
+        for lr_name in ("adapter_learning_rate", "norm_learning_rate", "head_learning_rate"):
+            lr = getattr(self, lr_name)
+            if lr is not None and not lr > 0:
+                raise ValueError(f"AdapterBiasConfig.{lr_name} must be a positive number, got {lr!r}.")
+
+    # What the adapter format reads from every method config (BitFit's selection fields).
+    bias_terms: ClassVar[List[str]] = []
+    patterns: ClassVar[List[str]] = []
+    add_missing_biases: ClassVar[bool] = False
+    is_full_finetuning: ClassVar[bool] = False
+    preset: ClassVar[Optional[str]] = None
+
+    #: How the summary and the model card describe this method's roles.
+    role_descriptions: ClassVar[Dict[str, str]] = {
+        VECTOR: "AdapterBias shift vector v (hidden size)",
+        ALPHA: "AdapterBias L_alpha: FFN width -> one weight per token (weight + bias)",
+        "g_LN2": "gain of the LayerNorm after (post-LN) or before (pre-LN) the MLP",
+        "g_emb_LN": "gain of the embeddings LayerNorm",
+    }
+
+    def learning_rate_for(self, role: str) -> Optional[float]:
+        """The learning rate of a trained tensor of ``role`` (``None``: the trainer's)."""
+        if role == "head":
+            return self.head_learning_rate
+        if role in (VECTOR, ALPHA):
+            return self.adapter_learning_rate
+        return self.norm_learning_rate
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "AdapterBiasConfig":
+        data = dict(data)
+        for key, neutral in _NEUTRAL.items():
+            if key in data:
+                value = data.pop(key)
+                if value not in neutral:
+                    raise ValueError(f"AdapterBias has no {key!r} setting (got {value!r}): it trains v, L_alpha, "
+                                     "norms and the head only.")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"Unknown AdapterBiasConfig field(s) {unknown}; known fields: {sorted(known)}.")
+        return cls(**data)

@@ -1,0 +1,163 @@
+"""The grid: cells, their identity, budgets, unavailable methods, the dry run and the figures (no training)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bitfit_hf.study import runner
+from bitfit_hf.study.grid import BUDGETS, METHOD_ROWS, TASKS, StudySettings, epochs_for, plan
+from bitfit_hf.study.runner import NOT_AVAILABLE, Study, available_methods
+
+
+def test_every_row_names_a_method_and_the_main_methods_exist_in_this_build():
+    assert {"bitfit", "full", "frozen"} <= available_methods()
+    assert {row.method for row in METHOD_ROWS.values()} >= {"bitfit", "full", "frozen", "rand_uniform", "rand_row_col",
+                                                           "adapterbias", "bitfit_lora", "lora"}
+    for budget in BUDGETS.values():
+        for task, share in budget.tasks.items():
+            assert task in TASKS and set(share.methods + share.single_seed_methods) <= set(METHOD_ROWS)
+
+
+def test_curve_and_grid_share_cells_at_the_same_size():
+    budget = BUDGETS["default"]
+    cells = plan(budget)
+    ids = [c.cell_id(StudySettings()) for c in cells]
+    assert len(ids) == len(set(ids))  # each run once
+    size = budget.tasks["sentiment"].train_size
+    shared = [c for c in cells if c.task == "sentiment" and c.method == "bitfit" and c.train_size == size]
+    assert len(shared) == len(budget.tasks["sentiment"].seeds)
+    assert all(set(c.purposes) == {"grid", "curve"} for c in shared)
+    # cost rows run with the first seed only; claim rows with every seed
+    assert {c.seed for c in cells if c.method == "lora"} == {budget.tasks["sentiment"].seeds[0]}
+    # per-epoch evaluation (epochs to converge) on the first seed only in the default budget
+    assert all(c.epoch_eval == (c.seed == 1) for c in cells)
+
+
+def test_plan_filters_and_rejects_unknown_names():
+    cells = plan(BUDGETS["smoke"], tasks=["pos"], methods=["full"])
+    assert {(c.task, c.method) for c in cells} == {("pos", "full")}
+    with pytest.raises(ValueError, match="unknown task or method row: nope"):
+        plan(BUDGETS["smoke"], tasks=["nope"])
+
+
+def test_small_training_sets_get_enough_steps():
+    assert epochs_for(100, 32, 3, 40) == 10  # 4 steps per epoch
+    assert epochs_for(3200, 32, 3, 40) == 3
+    assert epochs_for(8, 32, 1, 1) == 1
+
+
+def test_cell_identity_is_its_exact_command():
+    cell = plan(BUDGETS["smoke"], tasks=["pos"], methods=["bitfit"])[0]
+    base = StudySettings()
+    assert cell.cell_id(base) == cell.cell_id(StudySettings())
+    assert cell.cell_id(base).startswith("pos-bitfit-n16-s1-")
+    assert cell.cell_id(StudySettings(model_name_or_path="other")) != cell.cell_id(base)
+    assert cell.cell_id(StudySettings(recipe_args=("--bf16", "True"))) != cell.cell_id(base)
+    args = cell.recipe_args(StudySettings(device="cpu"))
+    assert args[args.index("--predict_split") + 1] == "train" and "--use_cpu" in args
+    assert args[args.index("--method") + 1] == "bitfit"
+
+
+def test_rows_for_methods_missing_from_the_build_are_planned_but_never_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "available_methods", lambda: frozenset({"bitfit", "frozen"}))
+    study = Study(str(tmp_path / "study"), BUDGETS["smoke"], StudySettings(), tasks=["pos"], methods=["full"])
+    states = study.states()
+    assert states and all(s.status == "unavailable" for s in states)
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("an unavailable cell was started")
+
+    monkeypatch.setattr(Study, "_run_cell", must_not_run)
+    messages = []
+    study.run(progress=False, echo=messages.append)
+    assert NOT_AVAILABLE in messages[0] and "0 to run" in messages[0]
+
+    from bitfit_hf.study.report import write_report
+
+    results = write_report(study.output_dir, study.states(), study.budget, study.settings, param_counts={})
+    assert results["grid"]["pos"]["full"]["status"] == NOT_AVAILABLE
+    report = (tmp_path / "study" / "report.md").read_text()
+    assert f"| full fine-tuning | {NOT_AVAILABLE} |" in report
+    assert f"cell(s) {NOT_AVAILABLE}: `--method full`" in report
+    claim_8 = next(c for c in results["claims"] if c["id"] == 8)
+    assert claim_8["verdict"] == "not testable here" and NOT_AVAILABLE in claim_8["evidence"]
+
+
+def test_dry_run_of_the_full_budget_through_the_cli(tmp_path, capsys):
+    from bitfit_hf.cli.main import main as cli_main
+
+    assert cli_main(["study", "--budget", "full", "--dry-run", "--output_dir", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    cells = plan(BUDGETS["full"])
+    assert f"{len(cells)} cells" in out
+    assert "qa-full-n8000-s3-" in out  # the paper's SQuAD curve
+    assert "estimated time" in out and "--predict_split train" in out
+    assert not (tmp_path / "s").exists()  # a dry run writes nothing
+
+
+def test_figures_render_from_hand_made_tables(tmp_path):
+    from bitfit_hf.study.aggregate import find_crossover, stat
+    from bitfit_hf.study.figures import plot_curve, plot_grid
+
+    def point(size, values):
+        return {"size": size, "score": stat(values), "status": "done"}
+
+    curve = {"task": "sentiment", "methods": {"bitfit": [point(100, [70, 72]), point(1600, [80, 81])],
+                                              "full": [point(100, [65, 66]), point(1600, [83, 84])]}}
+    curve["crossover_size"] = find_crossover([{"size": 100, "difference": 5.5}, {"size": 1600, "difference": -3.0}])
+    assert 100 < curve["crossover_size"] < 1600
+    grid = {"sentiment": {"bitfit": {"score": stat([70, 72])}, "full": {"score": stat([65, 66])}}}
+    for path in (plot_curve(curve, {}, "accuracy", str(tmp_path / "curve.png")),
+                 plot_grid(grid, {}, str(tmp_path / "grid.png"))):
+        with open(path, "rb") as handle:
+            assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+FAKE_RECIPE = '''
+import json, os, sys
+args = sys.argv[1:]
+out = args[args.index("--output_dir") + 1]
+method = args[args.index("--method") + 1]
+if method == "full":
+    print("glue.py: error: --method full: something the user must fix", file=sys.stderr)
+    sys.exit(2)
+os.makedirs(out, exist_ok=True)
+seed = int(args[args.index("--seed") + 1])
+results = {"eval_accuracy": 0.5 + seed / 100, "predict_accuracy": 0.9, "train_runtime": 10.0}
+json.dump(results, open(os.path.join(out, "all_results.json"), "w"))
+history = [{"epoch": 1.0, "eval_accuracy": 0.45, "eval_runtime": 2.0}, {"epoch": 2.0, "eval_accuracy": 0.5 + seed / 100,
+           "eval_runtime": 3.0}]
+json.dump({"log_history": history}, open(os.path.join(out, "trainer_state.json"), "w"))
+open(os.path.join(out, "adapter_model.safetensors"), "wb").write(b"weights")
+open(os.path.join(out, "tokenizer.json"), "w").write("{}")
+'''
+
+
+def test_runner_records_results_and_failures_of_each_cell(tmp_path):
+    """The runner's bookkeeping with a stand-in recipe (no training): records, failures, pruning, skipping."""
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "glue.py").write_text(FAKE_RECIPE)
+    study = Study(str(tmp_path / "study"), BUDGETS["smoke"], StudySettings(), tasks=["sentiment"],
+                  methods=["bitfit", "full"], seeds=[1, 2], recipes_dir=str(recipes))
+    lines = []
+    states = study.run(progress=False, echo=lines.append)
+    done = {s.cell_id: s.record for s in states if s.status == "done"}
+    failed = [s for s in states if s.status == "failed"]
+    assert len(done) == 3 and len(failed) == 3  # bitfit n16 s1, s2, n8 s1; full the same
+    for state in failed:
+        assert "exit status 2: glue.py: error: --method full" in state.record["error"]
+    record = done[next(s.cell_id for s in states if s.cell.seed == 2 and s.cell.method == "bitfit")]
+    assert record["score"] == pytest.approx(52.0) and record["train_score"] == pytest.approx(90.0)
+    assert record["train_time_s"] == pytest.approx(5.0)  # 10 s minus the 5 s of evaluations inside training
+    assert record["epochs_to_converge"] == 2.0 and record["peak_rss_mb"] > 0
+    run = tmp_path / "study" / "runs" / record["cell_id"]
+    assert sorted(p.name for p in run.iterdir()) == ["all_results.json", "trainer_state.json"]  # weights dropped
+    # a second run skips finished and failed cells; --retry_failed runs the failures again
+    again = []
+    Study(str(tmp_path / "study"), BUDGETS["smoke"], StudySettings(), tasks=["sentiment"], methods=["bitfit", "full"],
+          seeds=[1, 2], recipes_dir=str(recipes)).run(progress=False, echo=again.append)
+    assert "3 finished (skipped), 3 failed before" in again[0] and "0 to run" in again[0]
+    retry = Study(str(tmp_path / "study"), BUDGETS["smoke"], StudySettings(), tasks=["sentiment"],
+                  methods=["bitfit", "full"], seeds=[1, 2], recipes_dir=str(recipes), retry_failed=True)
+    assert sum(s.status == "pending" for s in retry.states()) == 3
