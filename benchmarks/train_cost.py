@@ -60,7 +60,7 @@ from report import footer, load_average, machine_info, write_outputs  # noqa: E4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-METHODS = ["full", "bitfit-all", "bitfit-paper", "frozen", "lora", "beft"]
+METHODS = ["full", "bitfit-all", "bitfit-paper", "frozen", "lora", "beft", "bitfit-lora"]
 PLAIN_METHODS = ["plain-full", "plain-bitfit-all"]
 LABELS = {
     "full": "full fine-tuning (Trainer)",
@@ -69,6 +69,7 @@ LABELS = {
     "frozen": "frozen, head only (BitFitTrainer)",
     "lora": "PEFT LoRA r=8 q,v bias=none (Trainer)",
     "beft": "PEFT BEFT, value bias (Trainer)",
+    "bitfit-lora": "BitFit `all` + LoRA r=8 q,v (BitFitTrainer)",
     "bitfit-all-fused": "BitFit `all`, AdamW(fused=True) forced",
     "bitfit-all-foreach": "BitFit `all`, AdamW(foreach=True) forced",
     "plain-full": "full fine-tuning, hand loop",
@@ -234,6 +235,12 @@ def build_run(model_name: str, method: str, batch: int, seq: int, steps: int, ou
         terms = {"bitfit-all": "all", "bitfit-paper": "paper-subset", "frozen": "frozen"}[method]
         trainer = BitFitTrainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks),
                                 bitfit_config=BitFitConfig(bias_terms=terms))
+    elif method == "bitfit-lora":  # the LoRA row's settings (r, alpha, dropout, q/v) plus every bias
+        from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
+
+        trainer = BitFitTrainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks),
+                                bitfit_config=BitFitLoraConfig(bias_terms="all", lora_r=8, lora_alpha=16,
+                                                               lora_dropout=0.1))
     elif method in ("bitfit-all-fused", "bitfit-all-foreach"):  # diagnostics: the optimizer implementation
         import torch
 
@@ -717,6 +724,11 @@ def target_lines(model_name: str, rows: Dict[str, dict], device: str = "cpu") ->
     if "lora" in rows and rows["lora"].get("speed_vs_full") and b.get("speed_vs_full"):
         ratio = b["speed_vs_full"] / rows["lora"]["speed_vs_full"]
         out.append(f"- BitFit `all` vs LoRA r=8 speed: {ratio:.2f}x (target >= 1.00x): {'met' if ratio >= 1.0 else 'NOT met'}")
+    both = rows.get("bitfit-lora", {}), rows.get("lora", {})
+    if both[0].get("speed_vs_full") and both[1].get("speed_vs_full"):
+        out.append(f"- BitFit `all` + LoRA vs LoRA alone: speed {both[0]['speed_vs_full'] / both[1]['speed_vs_full']:.2f}x"
+                   + (f", peak memory {both[0]['peak_bytes'] / both[1]['peak_bytes']:.2f}x"
+                      if both[0].get("peak_bytes") and both[1].get("peak_bytes") else "") + " (no target)")
     if b.get("memory_vs_full") is not None:
         ok = b["memory_vs_full"] <= mem_max
         out.append(f"- BitFit `all` peak memory vs full: {b['memory_vs_full']:.2f}x (target <= {mem_max:.2f}x): {'met' if ok else 'NOT met'}")

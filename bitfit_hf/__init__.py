@@ -24,9 +24,11 @@ _EXPORTS = {
     "AutoBitFitModel": "adapters.auto",
     "AdapterBank": "adapters.bank",
     "export_merged": "adapters.export",
+    "export_peft": "adapters.peft_export",
     "MultiTaskModel": "adapters.multitask",
     "MultiTaskOutput": "adapters.multitask",
     "BitFitConfig": "tuners.bitfit.config",
+    "BitFitLoraConfig": "tuners.bitfit_lora.config",
     "BitFitState": "tuners.bitfit.model",
     "apply_bitfit": "tuners.bitfit.model",
     "get_bitfit_state": "tuners.bitfit.model",
@@ -66,6 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from bitfit_hf.adapters.config import AdapterConfig, AdapterError, BaseModelMismatchError  # noqa: F401
     from bitfit_hf.adapters.export import export_merged  # noqa: F401
     from bitfit_hf.adapters.multitask import MultiTaskModel, MultiTaskOutput  # noqa: F401
+    from bitfit_hf.adapters.peft_export import export_peft  # noqa: F401
     from bitfit_hf.hub.client import download_adapter, push_adapter_to_hub  # noqa: F401
     from bitfit_hf.hub.errors import HubError  # noqa: F401
     from bitfit_hf.hub.trainer import BitFitTrainer  # noqa: F401
@@ -73,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit, get_bitfit_state  # noqa: F401
     from bitfit_hf.tuners.bitfit.selection import Selection, resolve  # noqa: F401
     from bitfit_hf.tuners.bitfit.summary import TrainableSummary  # noqa: F401
+    from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig  # noqa: F401
     from bitfit_hf.tuners.errors import SelectionError  # noqa: F401
     from bitfit_hf.tuners.roles import ALL_ROLES, PAPER_ROLES, PRESETS  # noqa: F401
     from bitfit_hf.utils.errors import UserError  # noqa: F401

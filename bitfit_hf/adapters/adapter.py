@@ -29,6 +29,7 @@ from bitfit_hf.adapters.config import (
     task_type_of,
 )
 from bitfit_hf.adapters.integrity import tensors_digest, verify_tensors
+from bitfit_hf.adapters.peft_format import load_peft_beft, peft_type_of
 from bitfit_hf.adapters.remote import remote_store
 from bitfit_hf.tuners import apply_method, method_spec
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
@@ -164,6 +165,13 @@ class BitFitAdapter:
                 f"No adapter directory at {directory!r}. Pass the output directory of a BitFit run "
                 f"(it holds {CONFIG_NAME} and {WEIGHTS_NAME}) or a Hub repo id."
             )
+        peft_type = peft_type_of(directory)
+        if peft_type is not None:
+            raise AdapterError(
+                f"{directory!r} is a PEFT {peft_type} adapter, not a BitFit one. "
+                + ("load_adapter(model, directory) reads it onto a stock model." if peft_type == "BEFT"
+                   else "Load it with peft.PeftModel.from_pretrained.")
+            )
         weights_path = os.path.join(directory, WEIGHTS_NAME)
         if not os.path.isfile(weights_path):
             pickles = [n for n in _PICKLE_NAMES if os.path.isfile(os.path.join(directory, n))]
@@ -218,10 +226,11 @@ class BitFitAdapter:
                 f"{cfg.base_model_name_or_path}); the model given is a {found_type!r} ({type(inner).__name__})."
             )
         prepare_base_for(inner, cfg)  # modules the tensors live in (AdapterBias's shifts), before any check
-        self._check_shapes_before_prepare(inner)
+        self._check_shapes(inner, before_prepare=True)
         state = get_bitfit_state(inner)
         if state is None or state.selection.parameter_names != cfg.trained_parameters:
             state = apply_method(inner, cfg.tuner_config())
+        self._check_shapes(inner, before_prepare=False)  # tensors that only the method's modules hold
         if state.selection.parameter_names != cfg.trained_parameters:
             raise AdapterError(
                 f"The adapter's trained parameters do not exist in this {type(inner).__name__}: e.g. "
@@ -250,9 +259,13 @@ class BitFitAdapter:
             inner.config.problem_type = cfg.problem_type
         return model
 
-    def _check_shapes_before_prepare(self, model: nn.Module) -> None:
+    def _check_shapes(self, model: nn.Module, before_prepare: bool) -> None:
+        """Every tensor exists in ``model`` with its shape. Before the method prepares a stock model, the
+        tensors it creates are skipped: added biases, and for methods that insert modules (LoRA) any name
+        the stock model lacks (the selection check after preparing names a missing one)."""
         params = dict(model.named_parameters())
         added = {f"{m}.bias" for m in self.config.added_biases}
+        inserts_modules = self.config.method != "bitfit"
         try:
             dense, sparse = sparse_format.split(self.tensors, self.config.sparse_parameters)
         except KeyError as err:
@@ -267,7 +280,7 @@ class BitFitAdapter:
             if problems:
                 raise AdapterError(f"The adapter's sparse tensors do not fit this model: {problems[0]}.")
         for name, tensor in dense.items():
-            if name in added and name not in params:
+            if before_prepare and name not in params and (name in added or inserts_modules):
                 continue
             if name not in params:
                 raise AdapterError(
@@ -393,7 +406,12 @@ def _first_difference(expected, found) -> str:
 
 
 def load_adapter(model: nn.Module, path_or_repo_id: str, check_base: bool = True, **hub_kwargs) -> nn.Module:
-    """Load a BitFit adapter (local directory or Hub id) onto an already-built stock model."""
+    """Load a BitFit adapter (local directory or Hub id) onto an already-built stock model.
+
+    A local PEFT BEFT adapter folder (``"peft_type": "BEFT"``) is read too, as the equivalent BitFit
+    selection (:func:`bitfit_hf.adapters.peft_format.load_peft_beft`; PEFT records no base fingerprint)."""
+    if os.path.isdir(path_or_repo_id) and peft_type_of(path_or_repo_id) is not None:
+        return load_peft_beft(model, path_or_repo_id)
     return BitFitAdapter.from_pretrained(path_or_repo_id, **hub_kwargs).apply_to(model, check_base=check_base)
 
 

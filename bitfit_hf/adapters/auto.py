@@ -36,9 +36,16 @@ class AutoBitFitModel:
                 if key in model_kwargs:
                     hub[key] = model_kwargs[key]
             adapter = BitFitAdapter.from_pretrained(adapter, **hub)
-        cfg = adapter.config
         if isinstance(base_model, nn.Module):
             return adapter.apply_to(base_model, check_base=check_base)
+        return adapter.apply_to(cls.build_base(adapter, base_model, **model_kwargs), check_base=check_base)
+
+    @classmethod
+    def build_base(cls, adapter: BitFitAdapter, base_model: Optional[str] = None, **model_kwargs) -> nn.Module:
+        """The stock base model the adapter was trained on (its class, label count and names), not yet
+        adapted, loaded as it was for training (the recorded GGUF file or quantization config);
+        ``base_model`` overrides the recorded base (a path or a Hub id)."""
+        cfg = adapter.config
         model_cls = getattr(transformers, cfg.architecture, None)
         if model_cls is None:
             raise AdapterError(
@@ -68,7 +75,7 @@ class AutoBitFitModel:
                 kwargs.setdefault(key, value)
         model = model_cls.from_pretrained(source, **kwargs)
         remember_base_loading(model, kwargs.get("gguf_file"))
-        return adapter.apply_to(model, check_base=check_base)
+        return model
 
 
 def _check_label_kwargs(cfg, kwargs) -> None:

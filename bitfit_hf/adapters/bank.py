@@ -3,6 +3,13 @@
 Switching rebinds each touched parameter's ``.data`` to tensors prepared at load time (already on the
 model's device and dtype), so it costs one pointer swap per bias tensor and never touches the frozen
 weights. Heads of different sizes swap the same way, and the label maps follow.
+
+BitFit + LoRA tasks bring LoRA matrices too. The bank wraps their modules in peft LoRA layers once (the
+stock model's outputs do not change: a new ``lora_B`` is zero) and keeps every tensor under its stock name
+(``query.bias``, not ``query.base_layer.bias``), so bias-only and LoRA tasks share one table. Activating a
+task swaps its LoRA matrices and scaling in and turns LoRA on exactly in its modules (peft's
+``enable_adapters``); a bias-only task or :meth:`AdapterBank.restore_base` turns every LoRA layer off, so
+those run the stock forward, bit for bit.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from bitfit_hf.adapters.adapter import BitFitAdapter, prepare_base_for
 from bitfit_hf.adapters.config import AdapterError, BaseModelMismatchError
 from bitfit_hf.tuners.bitfit.layer import add_zero_bias, has_bias
 from bitfit_hf.tuners.bitfit.model import unwrap
+from bitfit_hf.tuners.bitfit_lora.layer import ADAPTER_NAME, inject_lora, is_lora_parameter, lora_layers, stock_name
 from bitfit_hf.utils.fingerprint import base_fingerprint
 
 
@@ -29,6 +37,7 @@ class AdapterBank:
         self._tensors: Dict[str, Dict[str, torch.Tensor]] = {}
         self._base: Dict[str, torch.Tensor] = {}
         self._added: set = set()
+        self._lora: Dict[str, Dict[str, float]] = {}  # task -> {LoRA module: scaling}
         self._inserted: set = set()  # parameters of modules a method inserted (never part of the base)
         self.active: Optional[str] = None
 
@@ -48,6 +57,7 @@ class AdapterBank:
             raise AdapterError(f"Adapter {name!r} is for a {cfg.model_type!r} model, this backbone is {found_type!r}.")
         previous = self.active
         self.restore_base()
+        lora_modules = _lora_modules(adapter)
         modules = dict(self.model.named_modules())
         for module_name in cfg.added_biases:
             if module_name not in modules:
@@ -55,19 +65,17 @@ class AdapterBank:
             if not has_bias(modules[module_name]):
                 add_zero_bias(modules[module_name])
                 self._added.add(f"{module_name}.bias")
-        before = {n for n, _ in self.model.named_parameters()}
+        before = set(self._params())
         prepare_base_for(self.model, cfg)  # AdapterBias: its shifts (zero, so the base is unchanged)
-        params = dict(self.model.named_parameters())
-        self._inserted.update(n for n in params if n not in before)
+        self._inserted.update(n for n in self._params() if n not in before)
         dense, sparse = sparse_format.split(adapter.tensors, cfg.sparse_parameters)
-        unknown = [n for n in list(dense) + list(sparse) if n not in params]
-        if unknown:
-            raise AdapterError(f"Adapter {name!r} holds tensors this model lacks: {unknown[:5]}.")
+        dense = {stock_name(n, lora_modules): t for n, t in dense.items()}
+        trained = {stock_name(n, lora_modules) for n in cfg.trained_parameters}
         if check_base:
+            # The fingerprint covers the stock weights under their stock names (as at training time).
             found = base_fingerprint(
-                self.model,
-                exclude=(set(cfg.trained_parameters) | self._added | self._inserted
-                         | {f"{m}.bias" for m in cfg.added_biases}),
+                _StockView(self.model),
+                exclude=trained | self._added | self._inserted | {f"{m}.bias" for m in cfg.added_biases},
                 head_modules=cfg.head_modules,
             )
             if found != cfg.base_fingerprint:
@@ -75,6 +83,12 @@ class AdapterBank:
                     f"Adapter {name!r} was trained on {cfg.base_model_name_or_path!r}; this backbone's frozen "
                     f"weights differ (fingerprint {found}, expected {cfg.base_fingerprint})."
                 )
+        if lora_modules:
+            self._add_lora_layers(name, adapter, lora_modules)
+        params = self._params()
+        unknown = [n for n in list(dense) + list(sparse) if n not in params]
+        if unknown:
+            raise AdapterError(f"Adapter {name!r} holds tensors this model lacks: {unknown[:5]}.")
         prepared = {}
         for tensor_name, tensor in dense.items():
             param = params[tensor_name]
@@ -91,28 +105,61 @@ class AdapterBank:
         if previous is not None:
             self.activate(previous)
 
+    def _add_lora_layers(self, name: str, adapter: BitFitAdapter, lora_modules: List[str]) -> None:
+        """Wrap the task's LoRA modules in peft LoRA layers where the backbone has none yet (turned off
+        until a task that uses them is active), and remember the task's scaling per module."""
+        fields = adapter.config.method_config
+        try:
+            r, alpha = int(fields["lora_r"]), float(fields["lora_alpha"])
+        except (KeyError, TypeError, ValueError):
+            raise AdapterError(f"Adapter {name!r} holds LoRA matrices but no lora_r / lora_alpha in its config.") from None
+        existing = lora_layers(self.model)
+        missing = [m for m in lora_modules if m not in existing]
+        if missing:
+            inject_lora(self.model, missing, r, alpha, float(fields.get("lora_dropout", 0.0)))
+            for module_name, layer in lora_layers(self.model).items():
+                if module_name in missing:
+                    _set_lora_enabled(layer, False)
+        self._lora[name] = {m: alpha / r for m in lora_modules}
+
     def remove(self, name: str) -> None:
         if self.active == name:
             self.restore_base()
         self.adapters.pop(name)
         self._tensors.pop(name)
+        self._lora.pop(name, None)
+
+    def _params(self) -> Dict[str, nn.Parameter]:
+        """The model's parameters under their stock names (LoRA-wrapped modules' ``base_layer`` dropped)."""
+        wrapped = list(lora_layers(self.model))
+        return {stock_name(n, wrapped): p for n, p in self.model.named_parameters()}
+
+    def _switch_lora(self, name: Optional[str]) -> None:
+        """LoRA on (with the task's scaling) in the task's LoRA modules, off in every other one."""
+        scaling = self._lora.get(name, {}) if name is not None else {}
+        for module_name, layer in lora_layers(self.model).items():
+            if module_name in scaling:
+                layer.scaling[ADAPTER_NAME] = scaling[module_name]
+            _set_lora_enabled(layer, module_name in scaling)
 
     def activate(self, name: str) -> None:
         """Make ``name`` the active task: its biases and head, in place, without touching weights."""
         if name not in self._tensors:
             raise KeyError(f"No adapter named {name!r}; loaded: {self.names}.")
         tensors = self._tensors[name]
-        params = dict(self.model.named_parameters())
+        params = self._params()
         for tensor_name, base in self._base.items():
             params[tensor_name].data = tensors.get(tensor_name, base)
+        self._switch_lora(name)
         self._set_labels(self.adapters[name])
         self.active = name
 
     def restore_base(self) -> None:
         """Put the base model's own biases (and head) back; added biases return to zero."""
-        params = dict(self.model.named_parameters())
+        params = self._params()
         for tensor_name, base in self._base.items():
             params[tensor_name].data = base
+        self._switch_lora(None)
         self.active = None
 
     def _set_labels(self, adapter: BitFitAdapter) -> None:
@@ -125,3 +172,31 @@ class AdapterBank:
             if hasattr(self.model, "num_labels"):
                 self.model.num_labels = cfg.num_labels
         hf.problem_type = cfg.problem_type
+
+
+def _lora_modules(adapter: BitFitAdapter) -> List[str]:
+    """Modules an adapter's LoRA matrices belong to (``q`` for ``q.lora_A.default.weight``)."""
+    return list(dict.fromkeys(n.split(".lora_", 1)[0] for n in adapter.tensors if ".lora_" in n))
+
+
+def _set_lora_enabled(layer: nn.Module, enabled: bool) -> None:
+    """peft's switch for one LoRA layer, keeping each parameter's ``requires_grad`` as it was."""
+    flags = [(p, p.requires_grad) for p in layer.parameters()]
+    layer.enable_adapters(enabled)
+    for param, flag in flags:
+        param.requires_grad_(flag)
+
+
+class _StockView(nn.Module):
+    """A model seen with stock parameter names, for the base fingerprint (no copy, no registration)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        object.__setattr__(self, "_inner", model)
+        self.base_model_prefix = getattr(model, "base_model_prefix", "")
+
+    def named_parameters(self, *args, **kwargs):
+        wrapped = list(lora_layers(self._inner))
+        for name, param in self._inner.named_parameters(*args, **kwargs):
+            if not is_lora_parameter(name, wrapped):
+                yield stock_name(name, wrapped), param

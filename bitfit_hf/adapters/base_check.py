@@ -50,8 +50,13 @@ def check_same_base(cfg: AdapterConfig, state, model: nn.Module) -> None:
             f"adapter records no sketch to compare them otherwise (it predates that). Load the base as {trained}, "
             "or pass check_base=False if you know it is the same base."
         )
-    exclude = set(cfg.trained_parameters) | set(cfg.adapter_parameters)
-    found = base_sketch(model, exclude=exclude, head_modules=cfg.head_modules, names=list(cfg.base_sketch.get("samples", {})))
+    found = getattr(state, "base_sketch", None) or {}
+    if set(found.get("samples") or {}) != set(cfg.base_sketch.get("samples") or {}):
+        # The method's own sketch (taken on the stock base, before LoRA wraps modules) samples other
+        # tensors, or there is none: sketch the model as it stands, at the adapter's sampled names.
+        exclude = set(cfg.trained_parameters) | set(cfg.adapter_parameters)
+        found = base_sketch(model, exclude=exclude, head_modules=cfg.head_modules,
+                            names=list(cfg.base_sketch.get("samples", {})))
     if found["structure"] != cfg.base_sketch.get("structure"):
         raise BaseModelMismatchError(f"{where}: the frozen tensors' names or shapes differ, so it is another architecture or size.")
     difference = sketch_difference(cfg.base_sketch, found)

@@ -1,7 +1,8 @@
 """Export a merged, plain transformers checkpoint that loads without bitfit-hf installed.
 
-Biases a model already had are ordinary parameters, so merging is simply saving. Biases that BitFit
-added need a place in the stock architecture: LLaMA-style configs have ``attention_bias`` and
+Biases a model already had are ordinary parameters, so merging is simply saving (methods that insert
+modules, such as LoRA, fold their update into the stock weights through their state's
+``merged_state_dict``). Biases that BitFit added need a place in the stock architecture: LLaMA-style configs have ``attention_bias`` and
 ``mlp_bias`` switches (which create a bias on every projection of that kind; the ones BitFit did not
 add are exported as zeros). A bias added to a norm that the stock class has no bias for cannot be
 represented and is refused with an explanation.
@@ -49,7 +50,9 @@ def export_merged(model: nn.Module, save_directory: str, tokenizer=None) -> str:
                 f"{config.model_type} configs have no switch that creates it. Keep the adapter format."
             )
         setattr(config, flags[0], True)
-    merged = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    # Methods that insert modules (LoRA) fold them back into stock tensors themselves.
+    fold = getattr(state, "merged_state_dict", None)
+    merged = fold(model) if fold is not None else {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
     with torch.device("meta"):
         reference = type(model)(config)
     expected = reference.state_dict()
@@ -70,13 +73,13 @@ def export_merged(model: nn.Module, save_directory: str, tokenizer=None) -> str:
         plain.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        _replace_dir(tmp, save_directory)
+        replace_dir(tmp, save_directory)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return save_directory
 
 
-def _replace_dir(new: str, target: str) -> None:
+def replace_dir(new: str, target: str) -> None:
     """Move ``new`` to ``target``; an existing ``target`` is kept until the new one is in place."""
     if not os.path.exists(target):
         os.replace(new, target)

@@ -16,6 +16,7 @@ Example::
     out = mt(input_ids, attention_mask, task_ids=["sst2", "mnli", "sst2"])   # or a LongTensor of indices
     out.logits          # [batch, ..., max_labels], padded with -inf past each example's own label count
     out.per_example()   # list of per-example logits, each cut to its task's label count
+    out = mt(**enc, adapter_names=["sst2", "__base__", "mnli"])   # PEFT's spelling; "__base__": the stock model
 
     mt = MultiTaskModel(base_model, adapters, tokenizer=tok)
     mt.classify(["great film", "A man sleeps. A person rests."], tasks=["sst2", "mnli"])
@@ -44,7 +45,11 @@ from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bitfit.layer import HOOK_ATTR
 from bitfit_hf.utils.names import is_under
 
-__all__ = ["MultiTaskModel", "MultiTaskOutput"]
+__all__ = ["BASE_TASK", "MultiTaskModel", "MultiTaskOutput"]
+
+#: The task name of the stock model (no adapter), as in PEFT's ``adapter_names=[..., "__base__"]``; its
+#: index is ``len(tasks)``.
+BASE_TASK = "__base__"
 
 AdapterLike = Union[str, BitFitAdapter]
 
@@ -157,6 +162,13 @@ class MultiTaskModel(nn.Module):
                     continue
                 module_name, _, attr = name.rpartition(".")
                 module = modules.get(module_name)
+                if ".lora_" in name or type(module).__module__.startswith("peft."):
+                    what = (f"carries LoRA matrices ({name!r})" if ".lora_" in name else
+                            f"trains the bias of {module_name!r}, which the bank has wrapped in a LoRA layer")
+                    raise AdapterError(
+                        f"Task {task!r} {what}: mixed-task batches route per-example bias deltas only. Serve "
+                        "BitFit + LoRA tasks one at a time with AdapterBank.activate(), from a bank of their own."
+                    )
                 method = self.bank.adapters[task].config.method
                 if method != "bitfit" and self.bank.adapters[task].config.sparse_parameters:
                     raise AdapterError(
@@ -181,13 +193,13 @@ class MultiTaskModel(nn.Module):
         self._tables: Dict[str, torch.Tensor] = {}
         for name in bias_names:
             base = self.bank._base.get(name, params[name].data if name in params else None)
+            if base is None:
+                base = torch.zeros_like(next(t[name] for t in self.bank._tensors.values() if name in t))
             rows = []
             for task in self.tasks:
                 value = self.bank._tensors[task].get(name)
-                if value is None:
-                    value = base if base is not None else torch.zeros_like(next(
-                        t[name] for t in self.bank._tensors.values() if name in t))
-                rows.append(value.reshape(-1))
+                rows.append((base if value is None else value).reshape(-1))
+            rows.append(base.reshape(-1))  # the stock model's row (BASE_TASK)
             self._tables[name] = torch.stack(rows)
         self._head_tensors: Dict[str, List[Dict[str, torch.Tensor]]] = {}
         for head in heads:
@@ -195,6 +207,8 @@ class MultiTaskModel(nn.Module):
             for task in self.tasks:
                 tensors = self.bank._tensors[task]
                 per_task.append({n[len(head) + 1:]: t for n, t in tensors.items() if n.startswith(head + ".")})
+            stock = {n: self.bank._base.get(f"{head}.{n}", p.data) for n, p in modules[head].named_parameters()}
+            per_task.append(stock)  # the stock model's own head (BASE_TASK)
             self._head_tensors[head] = per_task
         self._head_modules = {h: modules[h] for h in heads}
 
@@ -264,25 +278,39 @@ class MultiTaskModel(nn.Module):
 
     # ---- public API ----------------------------------------------------------------------------
     def task_index(self, tasks: Union[torch.Tensor, Sequence[Union[str, int]]], device=None) -> torch.Tensor:
-        """Task names (or indices) to a ``LongTensor`` of task indices."""
+        """Task names (or indices) to a ``LongTensor`` of task indices; ``"__base__"`` (the stock model) is
+        index ``len(self.tasks)``."""
         if isinstance(tasks, torch.Tensor):
             ids = tasks.long()
         else:
             lookup = {t: i for i, t in enumerate(self.tasks)}
+            lookup[BASE_TASK] = len(self.tasks)
             try:
                 ids = torch.tensor([t if isinstance(t, int) else lookup[t] for t in tasks], dtype=torch.long)
             except KeyError as err:
-                raise KeyError(f"Unknown task {err.args[0]!r}; served tasks: {self.tasks}.") from None
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= len(self.tasks)):
-            raise IndexError(f"task ids must be in [0, {len(self.tasks)}); got {ids.tolist()}.")
+                raise KeyError(f"Unknown task {err.args[0]!r}; served tasks: {self.tasks} "
+                               f"(and {BASE_TASK!r}, the stock model).") from None
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) > len(self.tasks)):
+            raise IndexError(f"task ids must be in [0, {len(self.tasks)}] ({len(self.tasks)}: {BASE_TASK}); "
+                             f"got {ids.tolist()}.")
         return ids.to(device) if device is not None else ids
 
-    def forward(self, input_ids=None, attention_mask=None, task_ids=None, **kwargs) -> MultiTaskOutput:
+    def forward(self, input_ids=None, attention_mask=None, task_ids=None, adapter_names=None,
+                **kwargs) -> MultiTaskOutput:
         """One forward pass over a mixed batch: example ``i`` uses task ``task_ids[i]``'s biases and head.
 
         ``task_ids``: a ``LongTensor [batch]`` of indices into ``self.tasks``, or a list of task names.
+        ``adapter_names``: the same as a list of names, in PEFT's calling convention
+        (``model(**inputs, adapter_names=["sst2", "__base__", ...])``); ``"__base__"`` runs an example
+        through the stock model (its own biases and head). Give one of the two.
         Other keyword arguments (``token_type_ids``, ``inputs_embeds``, ...) go to the model.
         """
+        if adapter_names is not None:
+            if task_ids is not None:
+                raise ValueError("Give task_ids or adapter_names (the same thing in PEFT's spelling), not both.")
+            if isinstance(adapter_names, (str, torch.Tensor)):
+                raise TypeError("adapter_names is a list with one adapter name per example, as in PEFT.")
+            task_ids = list(adapter_names)
         if task_ids is None:
             raise ValueError("MultiTaskModel.forward needs task_ids (one task per example).")
         first = input_ids if input_ids is not None else kwargs.get("inputs_embeds")
@@ -298,8 +326,9 @@ class MultiTaskModel(nn.Module):
         else:
             logits = out[0]
         fallback = logits.shape[-1] if logits is not None else 0
-        num_labels = [widths.get(i, fallback) for i in range(len(self.tasks))]
-        return MultiTaskOutput(logits=logits, task_ids=ids, tasks=list(self.tasks), num_labels=num_labels, outputs=out)
+        tasks = list(self.tasks) + ([BASE_TASK] if bool((ids == len(self.tasks)).any()) else [])
+        num_labels = [widths.get(i, fallback) for i in range(len(tasks))]
+        return MultiTaskOutput(logits=logits, task_ids=ids, tasks=tasks, num_labels=num_labels, outputs=out)
 
     @torch.inference_mode()
     def classify(
@@ -338,7 +367,7 @@ class MultiTaskModel(nn.Module):
             enc = {k: v.to(device) for k, v in enc.items()}
             out = self(task_ids=chunk_tasks, **enc)
             for task, logits in zip(chunk_tasks, out.per_example()):
-                cfg = self.bank.adapters[task].config
+                cfg = self.bank.adapters[task].config if task != BASE_TASK else self.model.config
                 logits = logits.float()
                 if cfg.problem_type == "multi_label_classification":
                     scores = torch.sigmoid(logits)

@@ -7,13 +7,22 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from bitfit_hf.cli import assets_cmd, env_cmd, hub_cmd, info_cmd, merge_cmd, predict_cmd, study_cmd
+from bitfit_hf.cli import (
+    assets_cmd,
+    env_cmd,
+    export_peft_cmd,
+    hub_cmd,
+    info_cmd,
+    merge_cmd,
+    predict_cmd,
+    study_cmd,
+)
 from bitfit_hf.utils.constants import __version__
 from bitfit_hf.utils.errors import EXIT_USER_ERROR, UserError
 from bitfit_hf.utils.secrets import install_log_redaction, redact_text
 
 PROG = "bitfit-hf"
-VERBS = (info_cmd, hub_cmd, merge_cmd, predict_cmd, assets_cmd, env_cmd, study_cmd)
+VERBS = (info_cmd, hub_cmd, merge_cmd, export_peft_cmd, predict_cmd, assets_cmd, env_cmd, study_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -51,6 +51,7 @@ from bitfit_hf.utils.constants import (
     BIAS_CHANGE_JSON,
     BIAS_CHANGE_PNG,
     CONFIG_NAME,
+    PEFT_SUBFOLDER,
     README_NAME,
     SUMMARY_NAME,
     WEIGHTS_NAME,
@@ -63,7 +64,9 @@ logger = logging.getLogger(__name__)
 
 ADAPTER_FILES = (WEIGHTS_NAME, CONFIG_NAME, SUMMARY_NAME, BIAS_CHANGE_JSON)
 """Files a pull downloads (only the weights file is required)."""
-MANAGED_FILES = (WEIGHTS_NAME, CONFIG_NAME, SUMMARY_NAME, BIAS_CHANGE_JSON, BIAS_CHANGE_PNG, README_NAME)
+PEFT_FILES = (f"{PEFT_SUBFOLDER}/{CONFIG_NAME}", f"{PEFT_SUBFOLDER}/{WEIGHTS_NAME}")
+"""The PEFT BEFT copy of the adapter (``peft.PeftModel.from_pretrained(model, repo_id, subfolder="peft")``)."""
+MANAGED_FILES = (WEIGHTS_NAME, CONFIG_NAME, SUMMARY_NAME, BIAS_CHANGE_JSON, BIAS_CHANGE_PNG, README_NAME) + PEFT_FILES
 """Files a push writes (and deletes when stale); every other file in the repo is left alone."""
 DEFAULT_COMMIT_MESSAGE = "Upload BitFit adapter"
 _LOAD_ONLY_METADATA = ("resolved_repo", "resolved_commit")
@@ -255,6 +258,7 @@ def push_adapter_to_hub(
     bias_change=None,
     summary: Optional[dict] = None,
     eval_results=None,
+    peft: Union[None, bool, str] = None,
     **card_kwargs,
 ):
     """Push a BitFit adapter (a :class:`~bitfit_hf.BitFitAdapter`, an adapter directory, or a model
@@ -270,6 +274,9 @@ def push_adapter_to_hub(
       is a local folder or already cached) is used, else the card has no heat map.
     * ``summary``, ``eval_results`` and ``card_kwargs`` (``dataset``, ``dataset_name``, ``license``,
       ``language``, ``tags``, ``model_name``, ``hyperparameters``) go into the card.
+    * ``peft``: a PEFT BEFT copy of the adapter pushed as ``peft/`` (loadable with plain ``peft``, and
+      the card then shows how): a folder written by ``bitfit-hf export-peft``; ``True`` exports one now
+      (loads the recorded base); ``None`` takes ``<adapter folder>/peft`` when there is one.
     """
     from bitfit_hf.adapters.adapter import BitFitAdapter
     from bitfit_hf.reporting.model_card import (
@@ -295,6 +302,8 @@ def push_adapter_to_hub(
     with tempfile.TemporaryDirectory(prefix="bitfit-hub-push-") as stage:
         publish.save_pretrained(stage)
         canonicalize_safetensors(os.path.join(stage, WEIGHTS_NAME))
+        stage_peft_copy(publish, stage, peft if peft is not None else (
+            os.path.join(source_dir, PEFT_SUBFOLDER) if source_dir else None))
         summary = summary or (read_json_object(os.path.join(source_dir, SUMMARY_NAME)) if source_dir else None) or model_summary or summary_from_adapter(adapter)
         if summary:
             write_json_atomic(os.path.join(stage, SUMMARY_NAME), summary)
@@ -311,6 +320,23 @@ def push_adapter_to_hub(
         return push_adapter_folder(stage, repo_id, token=token, private=private, revision=revision,
                                    commit_message=commit_message, commit_description=commit_description,
                                    create_pr=create_pr, manage_readme=model_card is not False)
+
+
+def stage_peft_copy(adapter, stage: str, peft: Union[None, bool, str]) -> bool:
+    """Put the adapter's PEFT BEFT copy into ``stage/peft``: copied from the folder ``peft`` (when it holds
+    one), or exported now with ``peft=True``. Returns whether there is one."""
+    target = os.path.join(stage, PEFT_SUBFOLDER)
+    if peft is True:
+        from bitfit_hf.adapters.peft_export import export_peft
+
+        export_peft(adapter, target)
+        return True
+    if isinstance(peft, (str, os.PathLike)) and os.path.isfile(os.path.join(peft, CONFIG_NAME)):
+        os.makedirs(target, exist_ok=True)
+        for name in (CONFIG_NAME, WEIGHTS_NAME):
+            shutil.copyfile(os.path.join(peft, name), os.path.join(target, name))
+        return True
+    return False
 
 
 def publishable_adapter(adapter, base_model: Optional[str] = None):

@@ -16,7 +16,7 @@ from bitfit_hf.hub.client import create_adapter_repo, publishable_adapter, push_
 from bitfit_hf.reporting.heatmap import BiasChange
 from bitfit_hf.reporting.model_card import eval_results_from_log_history, read_eval_results, write_model_card_files
 from bitfit_hf.training.trainer import BitFitTrainerBase
-from bitfit_hf.utils.constants import BIAS_CHANGE_JSON, README_NAME, WEIGHTS_NAME
+from bitfit_hf.utils.constants import BIAS_CHANGE_JSON, PEFT_SUBFOLDER, README_NAME, WEIGHTS_NAME
 
 logger = logging.getLogger("bitfit_hf")
 
@@ -130,7 +130,8 @@ class HubPushMixin:
         call = dict(repo_id=self.hub_model_id or self.args.hub_model_id, token=token, private=private,
                     revision=revision, commit_message=commit_message,
                     bias_change=BiasChange.load(change) if os.path.isfile(change) else None,
-                    summary=self.bitfit_state.summary.to_dict(), model_card=model_card, **kwargs)
+                    summary=self.bitfit_state.summary.to_dict(), model_card=model_card,
+                    peft=os.path.join(folder, PEFT_SUBFOLDER), **kwargs)
         if blocking:
             return push_adapter_to_hub(adapter, **call)
         from huggingface_hub import HfApi

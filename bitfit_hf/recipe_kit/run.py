@@ -108,7 +108,7 @@ def log_run_header(parsed: ParsedArgs, recipe: str) -> None:
     logger.info(
         "method=%s bias_terms=%s learning_rate=%g output_dir=%s",
         parsed.bitfit.method,
-        " ".join(parsed.bitfit.bias_terms or ["all"]) if parsed.bitfit.method == "bitfit"
+        " ".join(parsed.bitfit.bias_terms or ["all"]) if parsed.bitfit.method in ("bitfit", "bitfit_lora")
         else "as many as " + " ".join(parsed.bitfit.match_bias_terms or ["all"]) if parsed.bitfit.method.startswith("rand_")
         else "-",
         args.learning_rate, args.output_dir,

@@ -36,6 +36,7 @@ from bitfit_hf.utils.constants import (
     BIAS_CHANGE_PNG,
     CONFIG_NAME,
     DEFAULT_MODEL_ID,
+    PEFT_SUBFOLDER,
     README_NAME,
     SUMMARY_NAME,
     WEIGHTS_NAME,
@@ -89,6 +90,9 @@ FILE_DESCRIPTIONS = {
     BIAS_CHANGE_JSON: "the bias-change matrix behind the heat map",
     BIAS_CHANGE_PNG: "the bias-change heat map",
     README_NAME: "this model card",
+    f"{PEFT_SUBFOLDER}/{CONFIG_NAME}": "the same adapter as a PEFT BEFT adapter (bias deltas on Linear layers, "
+                                       "norms and head as saved modules), for plain `peft`",
+    f"{PEFT_SUBFOLDER}/{WEIGHTS_NAME}": "the PEFT copy's tensors",
 }
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -346,6 +350,7 @@ def build_model_card(
         base_override=base_id is not None and base_id != cfg.base_model_name_or_path,
         architecture=cfg.architecture or "AutoModel",
         model_kwargs=f", num_labels={cfg.num_labels}" if cfg.num_labels and cfg.task_type in ("SEQ_CLS", "TOKEN_CLS") else "",
+        peft_subfolder=PEFT_SUBFOLDER if f"{PEFT_SUBFOLDER}/{CONFIG_NAME}" in file_list else None,
         usage_example=_usage(cfg),
         hyperparameters=_hyperparameters(meta.get("training_args"), hyperparameters),
         eval_rows=[{"split": s, "metric": m, "value": _fmt(v)} for s, m, v in rows],

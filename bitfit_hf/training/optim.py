@@ -31,7 +31,8 @@ def parameter_groups(
     decay_parameter_names: Iterable[str],
 ) -> List[Dict[str, Any]]:
     """The non-empty groups ``bias``, ``sparse`` (tensors trained in some entries only),
-    ``pattern_decay``, ``head`` and ``head_decay``, each with ``params``, ``lr``
+    ``pattern_decay``, ``head`` and ``head_decay``, plus one group per role in the config's
+    ``own_group_roles`` (BitFit + LoRA: ``lora`` / ``lora_decay``), each with ``params``, ``lr``
     (``config.learning_rate_for(role)``, else ``learning_rate``, times ``config.layer_lr_scale(role,
     depth)`` where the config has it), ``weight_decay`` and ``name``; a kind whose tensors have several
     rates gets one group per rate (``bias@lr=...``)."""
@@ -40,6 +41,7 @@ def parameter_groups(
     depth_of = layer_depths(state.selection)
     scale = getattr(cfg, "layer_lr_scale", None)
     sparse = set(getattr(state, "sparse_indices", None) or {})
+    own_groups = tuple(getattr(cfg, "own_group_roles", ()))  # roles a method trains at a rate of their own
     decay = set(decay_parameter_names) - sparse
     groups: Dict[tuple, Dict[str, Any]] = {}
     for name, param in unwrap(model).named_parameters():
@@ -47,8 +49,9 @@ def parameter_groups(
             continue
         role = role_of[name]
         decays = name in decay and not name.endswith("bias")
-        key = ("head" if role == HEAD else "sparse" if name in sparse else "pattern" if decays else "bias") + (
-            "_decay" if decays else "")
+        kind = ("head" if role == HEAD else role if role in own_groups else "sparse" if name in sparse
+                else "pattern" if decays else "bias")
+        key = kind + ("_decay" if decays else "")
         lr = cfg.learning_rate_for(role) or learning_rate
         if scale is not None:
             lr = lr * scale(role, depth_of.get(name, 0))

@@ -23,6 +23,8 @@ from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
 from bitfit_hf.tuners.adapterbias.model import apply_adapterbias, insert_shifts
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit
+from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
+from bitfit_hf.tuners.bitfit_lora.model import apply_bitfit_lora
 from bitfit_hf.tuners.random_subset import RandRowColConfig, RandUniformConfig, apply_random_subset
 from bitfit_hf.tuners.state import get_tuner_state  # noqa: F401 - part of the registry's interface
 
@@ -97,3 +99,6 @@ register_method(MethodSpec(
     pages = "2608--2621",
 }""",
 ))
+register_method(MethodSpec("bitfit_lora", BitFitLoraConfig, apply_bitfit_lora,
+                           "bias terms + head, plus peft LoRA matrices (default: query and value projections)",
+                           display_name="BitFit + LoRA"))

@@ -11,6 +11,7 @@ SUMMARY_NAME = "trainable_summary.json"
 README_NAME = "README.md"
 BIAS_CHANGE_JSON = "bias_change.json"
 BIAS_CHANGE_PNG = "bias_change.png"
+PEFT_SUBFOLDER = "peft"  # a PEFT BEFT copy of the adapter, beside it (`bitfit-hf export-peft ADAPTER ADAPTER/peft`)
 CHECKPOINT_COMPLETE_NAME = "checkpoint_complete.json"  # written last into a Trainer checkpoint folder
 RUN_ARGS_NAME = "run_args.json"
 

@@ -7,9 +7,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from bitfit_hf import BitFitConfig, apply_bitfit
+from bitfit_hf import BitFitConfig, BitFitLoraConfig, apply_bitfit
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.config import AdapterConfig, BaseModelMismatchError
+from bitfit_hf.tuners import apply_method
 
 
 def llama(seed):
@@ -75,3 +76,18 @@ def test_without_a_sketch_it_says_why_it_cannot_compare(adapter_from_4bit):
     old = BitFitAdapter(AdapterConfig.from_dict({**adapter.config.to_dict(), "base_sketch": {}}), adapter.tensors)
     with pytest.raises(BaseModelMismatchError, match="records no sketch"):
         old.apply_to(llama(0))
+
+
+def test_bitfit_lora_adapter_recognises_its_base_loaded_another_way():
+    """LoRA wraps the base's modules after the sketch is taken: the check compares the stock base, so the
+    same base loaded in full precision is accepted and another base is refused by its weights."""
+    quantized = quantized_copy(llama(0))
+    apply_method(quantized, BitFitLoraConfig("all", add_missing_biases=True, lora_r=2))
+    with torch.no_grad():
+        quantized.model.layers[0].self_attn.q_proj.lora_B["default"].weight.fill_(0.5)
+    adapter = BitFitAdapter.from_model(quantized, base_model_name_or_path="org/base")
+    assert adapter.config.base_sketch["samples"]
+    model = adapter.apply_to(llama(0))
+    assert torch.equal(model.model.layers[0].self_attn.q_proj.lora_B["default"].weight, torch.full((32, 2), 0.5))
+    with pytest.raises(BaseModelMismatchError, match=r"sampled weights differ by \d+% of their norm"):
+        adapter.apply_to(llama(1))

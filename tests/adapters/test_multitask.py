@@ -230,3 +230,29 @@ def test_other_architectures(model_type):
     assert out.num_labels == [2, 4, 3]
     for got, want in zip(out.per_example(), expected):
         torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+
+
+def test_adapter_names_alias_and_base_rows_match_the_stock_model():
+    """PEFT's spelling: adapter_names=[...] with "__base__" for the stock model (its own biases and head)."""
+    torch.manual_seed(0)
+    base = T.BertForSequenceClassification(_tiny_config()).eval()
+    adapters = {"a": _make_adapter(base, 2, seed=1), "b": _make_adapter(base, 3, seed=2)}
+    names = ["a", "__base__", "b", "__base__", "a"]
+    ids, mask = _batch(len(names), 10, 100)
+    with torch.no_grad():
+        stock = copy.deepcopy(base)(input_ids=ids, attention_mask=mask).logits
+    expected = _reference(base, adapters, ids, mask, [n if n != "__base__" else None for n in names])
+    mt = MultiTaskModel(copy.deepcopy(base), adapters)
+    mt.bank.activate("b")  # an active task must not leak into the base rows
+    with torch.no_grad():
+        out = mt(input_ids=ids, attention_mask=mask, adapter_names=names)
+        same = mt(ids, mask, task_ids=names)
+    assert torch.equal(out.logits, same.logits)
+    assert out.tasks == ["a", "b", "__base__"] and out.num_labels == [2, 3, 2]
+    for i, (name, logits) in enumerate(zip(names, out.per_example())):
+        reference = stock[i] if name == "__base__" else expected[i]
+        assert torch.allclose(logits, reference, atol=ATOL), (name, logits, reference)
+    with pytest.raises(ValueError, match="not both"):
+        mt(ids, mask, task_ids=names, adapter_names=names)
+    with pytest.raises(KeyError, match="__base__"):
+        mt(ids, mask, adapter_names=["nope"] * len(names))

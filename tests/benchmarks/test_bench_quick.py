@@ -28,7 +28,7 @@ def test_train_cost_quick(tmp_path):
     assert set(result["models"]) == {"tiny", "minilm"}
     for model, res in result["models"].items():
         rows = res["rows"]
-        assert {"full", "bitfit-all", "bitfit-paper", "frozen", "lora"} <= set(rows)
+        assert {"full", "bitfit-all", "bitfit-paper", "frozen", "lora", "bitfit-lora"} <= set(rows)
         full = rows["full"]
         assert full["trainable_params"] == full["total_params"]
         for method, row in rows.items():
@@ -43,6 +43,9 @@ def test_train_cost_quick(tmp_path):
                 assert 8 * row["trainable_params"] <= row["optimizer_state_bytes"] <= 8 * row["trainable_params"] + 8192
                 assert row["adapter_bytes"] < full["adapter_bytes"] / 5
         assert rows["frozen"]["trainable_params"] < rows["bitfit-paper"]["trainable_params"] < rows["bitfit-all"]["trainable_params"]
+        # BitFit + LoRA trains exactly BitFit `all` plus the LoRA row's matrices (same head in both)
+        lora_matrices = rows["lora"]["trainable_params"] - rows["frozen"]["trainable_params"]
+        assert rows["bitfit-lora"]["trainable_params"] == rows["bitfit-all"]["trainable_params"] + lora_matrices
         assert rows["bitfit-all"]["optim"] == "adamw_torch_fused"  # the Trainer default...
         assert rows["bitfit-all"]["optimizer_impl"] == "foreach"  # ...which BitFitTrainer runs as foreach on CPU
         assert rows["full"]["optimizer_impl"] == "fused"

@@ -13,7 +13,7 @@ import transformers as T
 from bitfit_hf import AutoBitFitModel, BitFitConfig, apply_bitfit, save_adapter
 from bitfit_hf.cli.main import VERBS, build_parser, main
 
-VERB_NAMES = ["info", "pull", "push", "merge", "predict", "assets", "env", "study"]
+VERB_NAMES = ["info", "pull", "push", "merge", "export-peft", "predict", "assets", "env", "study"]
 
 
 def entry_point() -> str:
@@ -41,7 +41,7 @@ def test_installed_entry_point_error_is_one_line_exit_2(tmp_path):
 
 def test_parser_lists_exactly_the_documented_verbs():
     choices = build_parser()._subparsers._group_actions[0].choices
-    assert sorted(choices) == sorted(VERB_NAMES) and len(VERBS) == 7
+    assert sorted(choices) == sorted(VERB_NAMES) and len(VERBS) == 8
 
 
 def trained_minilm_adapter(minilm_dir, out, head="seq"):
@@ -140,3 +140,28 @@ def test_pull_of_a_missing_local_path_is_refused_before_the_hub(tmp_path, capsys
     assert main(["push", str(tmp_path / "nope"), "me/repo"]) == 2
     assert "no adapter directory" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
+
+
+def test_merge_folds_bitfit_lora_into_a_plain_checkpoint(tmp_path, capsys):
+    """BitFit + LoRA: `merge` folds the LoRA update into the weights; same logits up to float rounding."""
+    from bitfit_hf.tuners import apply_method
+    from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
+
+    torch.manual_seed(0)
+    config = T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                          vocab_size=100, num_labels=2)
+    T.BertForSequenceClassification(config).save_pretrained(tmp_path / "base")
+    model = T.BertForSequenceClassification.from_pretrained(tmp_path / "base").eval()
+    apply_method(model, BitFitLoraConfig(lora_r=4, lora_dropout=0.0))
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(0.2 * torch.randn_like(param))
+    save_adapter(model, str(tmp_path / "adapter"))
+    assert main(["merge", str(tmp_path / "adapter"), str(tmp_path / "merged")]) == 0
+    merged = T.AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "merged")).eval()
+    assert not any("lora" in name or "base_layer" in name for name in merged.state_dict())
+    ids = torch.randint(1, 100, (3, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        diff = (merged(input_ids=ids).logits - model(input_ids=ids).logits).abs().max().item()
+    assert diff <= 1e-5, diff

@@ -48,7 +48,9 @@ KIND_ARGS = {"bert": [], "llama": ["--add-missing-biases"],
              "bert_rand_row_col": ["--method", "rand_row_col", "--random-seed", "3"],
              # AdapterBias on the BERT base (kinds are "<base>" or "<base>_<variant>")
              "bert_adapterbias": ["--method", "adapterbias"],
-             "bert_adapterbias_shared": ["--method", "adapterbias", "--share-alpha"]}
+             "bert_adapterbias_shared": ["--method", "adapterbias", "--share-alpha"],
+             # BitFit + LoRA on the BERT base
+             "bert_bitfit_lora": ["--method", "bitfit_lora"]}
 
 
 def base_kind(kind: str) -> str:
@@ -371,7 +373,7 @@ def _base_value(name: str, like: torch.Tensor, kind: str = "bert") -> torch.Tens
         from safetensors.torch import load_file
 
         _BASE_STATES[kind] = load_file(str(base_model_dir(kind) / "model.safetensors"))
-    return _BASE_STATES[kind].get(name, torch.zeros_like(like))
+    return _BASE_STATES[kind].get(name.replace(".base_layer.", "."), torch.zeros_like(like))
 
 
 def record(case: str, numbers: dict) -> None:

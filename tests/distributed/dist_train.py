@@ -38,7 +38,9 @@ def parse(argv=None):
     p.add_argument("--head-lr", type=float, default=5e-3)
     p.add_argument("--no-helper", action="store_true", help="build TrainingArguments without training_args_kwargs")
     p.add_argument("--add-missing-biases", action="store_true", help="for bias-less bases (LLaMA): add zero biases")
-    p.add_argument("--method", default="bitfit", help="a registered method: bitfit, rand_uniform, rand_row_col, adapterbias")
+    p.add_argument("--method", default="bitfit",
+                   help="a registered method: bitfit, rand_uniform, rand_row_col, adapterbias, bitfit_lora (LoRA r 4, "
+                        "no LoRA dropout: ranks draw no masks)")
     p.add_argument("--random-seed", type=int, default=0, help="seed of the random baselines' draw")
     p.add_argument("--share-alpha", action="store_true", help="with --method adapterbias: one shared L_alpha")
     p.add_argument("--eval-first", action="store_true", help="trainer.evaluate() before trainer.train(), as the recipes do")
@@ -74,6 +76,10 @@ def method_config(a):
     kwargs = dict(bias_learning_rate=a.bias_lr, head_learning_rate=a.head_lr, add_missing_biases=a.add_missing_biases)
     if a.method == "bitfit":
         return BitFitConfig(**kwargs)
+    if a.method == "bitfit_lora":
+        from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
+
+        return BitFitLoraConfig(**kwargs, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_learning_rate=a.bias_lr)
     return method_spec(a.method).config_class(random_seed=a.random_seed, **kwargs)
 
 
@@ -114,11 +120,14 @@ def main(argv=None) -> int:
     built_partitioned = any(hasattr(p, "ds_id") for p in model.parameters())
     cfg = model.config
     data = make_dataset(a.steps * a.global_batch, 16, cfg.vocab_size)
+    config = method_config(a)
+    if a.method == "bitfit_lora":
+        torch.manual_seed(0)  # lora_A's random init (peft): the same in the single-process reference
     trainer = BitFitTrainer(
         model,
         args,
         train_dataset=data,
-        bitfit_config=method_config(a),
+        bitfit_config=config,
     )
     from transformers import TrainerCallback
 
@@ -165,7 +174,7 @@ def main(argv=None) -> int:
             continue
         with gathered([param]):
             value = param.detach().to("cpu", torch.float32).clone()
-        ref = base[name].to(torch.float32)
+        ref = base[name.replace(".base_layer.", ".")].to(torch.float32)  # LoRA-wrapped modules: stock name
         checked += 1
         if value.shape != ref.shape or not torch.equal(value, ref):
             mismatched.append(name)

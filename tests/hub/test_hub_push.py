@@ -292,3 +292,21 @@ def test_command_line_push_and_pull(hub_server, hf_home, tmp_path, tiny_base_dir
     assert card["base_model"] == "me/tiny-bert-base" and card["base_model_relation"] == "adapter"
     assert sorted(os.listdir(local)) == ["adapter_config.json", "adapter_model.safetensors", "bias_change.json",
                                        "trainable_summary.json"]
+
+
+PUSH_WITH_PEFT_COPY = """
+from bitfit_hf import BitFitAdapter
+from bitfit_hf.hub.client import push_adapter_to_hub
+model = fake_trained(BASE, seed=1)
+BitFitAdapter.from_model(model, BASE).push_to_hub(REPO, peft=True)
+result = {}
+"""
+
+
+def test_push_with_peft_copy_adds_the_peft_folder_and_the_card_snippet(hub_server, hf_home, tmp_path, tiny_base_dir):
+    repo = "tester/tiny-peft"
+    run(snippet(PUSH_WITH_PEFT_COPY, BASE=tiny_base_dir, REPO=repo), hub_server, hf_home, extra={"TMPDIR": str(tmp_path)})
+    files = hub_server.files(repo)
+    assert {"peft/adapter_config.json", "peft/adapter_model.safetensors"} <= set(files)
+    assert json.loads(files["peft/adapter_config.json"])["peft_type"] == "BEFT"
+    assert 'subfolder="peft"' in files["README.md"].decode()

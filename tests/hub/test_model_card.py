@@ -282,3 +282,24 @@ def test_card_passes_modelcard_validate_on_the_test_hub(tmp_path, hub_server, hf
     out = run(snippet(VALIDATE, README=str(tmp_path / "README.md")), hub_server, hf_home).value
     assert out["broken"] is not None and "ValueError" in out["broken"]["mro"], "validate() did not reach the server"
     assert hub_server.requests_to("POST", "/api/validate-yaml")
+
+
+def test_card_shows_load_with_peft_exactly_when_the_peft_copy_is_there(tmp_path):
+    """`bitfit-hf export-peft ADAPTER ADAPTER/peft` before a push: the card tells PEFT users how to load it."""
+    from bitfit_hf.adapters.peft_export import export_peft
+
+    base = tmp_path / "base"
+    tiny_bert(num_labels=2).save_pretrained(base)
+    model = T.BertForSequenceClassification.from_pretrained(base).eval()
+    apply_bitfit(model)
+    shift_biases(model)
+    adapter = BitFitAdapter.from_model(model, str(base))
+    adapter.save_pretrained(str(tmp_path / "adapter"))
+    write_model_card_files(str(tmp_path / "adapter"), adapter, "me/x", heatmap=False)
+    assert "Load with PEFT" not in (tmp_path / "adapter" / "README.md").read_text()
+    export_peft(adapter, str(tmp_path / "adapter" / "peft"))
+    write_model_card_files(str(tmp_path / "adapter"), adapter, "me/x", heatmap=False)
+    readme = (tmp_path / "adapter" / "README.md").read_text()
+    assert "### Load with PEFT" in readme
+    assert 'PeftModel.from_pretrained(model, "me/x", subfolder="peft")' in readme
+    assert "`peft/adapter_model.safetensors`" in readme

@@ -128,7 +128,37 @@ def test_bad_bitfit_arguments(kwargs, message):
 
 def test_unknown_method_is_refused():
     with pytest.raises((RecipeError, SystemExit)):
-        parse("--method", "lora")
+        parse("--method", "prefix_tuning")
+
+
+def test_bitfit_lora_method_and_flags():
+    from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
+
+    parsed = parse("--method", "bitfit_lora", "--lora_r", "4", "--lora_target_modules", "query", "key",
+                   "--lora_learning_rate", "5e-4", "--bias_terms", "b_q", "b_v")
+    assert parsed.training.learning_rate == DEFAULT_LEARNING_RATES["bitfit_lora"]
+    assert parsed.training.output_dir.endswith("demo-sst2-bitfit_lora")
+    config = parsed.bitfit.bitfit_config()
+    assert isinstance(config, BitFitLoraConfig)
+    assert (config.lora_r, config.lora_alpha, config.lora_dropout) == (4, 16, 0.1)
+    assert config.lora_target_modules == ["query", "key"] and config.bias_terms == ["b_q", "b_v"]
+    assert config.learning_rate_for("lora") == 5e-4
+    with pytest.raises(RecipeError, match="--lora_\\* flags apply to --method lora / bitfit_lora only"):
+        BitFitArguments(lora_target_modules=["query"]).bitfit_config()
+    with pytest.raises(RecipeError, match="lora_r"):
+        BitFitArguments(method="bitfit_lora", lora_r=0).bitfit_config()
+
+
+def test_lora_method_trains_no_bias():
+    from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
+
+    parsed = parse("--method", "lora", "--lora_r", "4")
+    assert parsed.training.learning_rate == DEFAULT_LEARNING_RATES["lora"]
+    assert parsed.training.output_dir.replace("\\", "/") == "outputs/demo-sst2-lora"
+    config = parsed.bitfit.bitfit_config()
+    assert isinstance(config, BitFitLoraConfig) and config.bias_terms == ["frozen"] and config.lora_r == 4
+    with pytest.raises(RecipeError, match="applies to --method bitfit only"):
+        BitFitArguments(method="lora", bias_terms=["b_q"]).bitfit_config()
 
 
 @pytest.mark.parametrize("method", ["rand_uniform", "rand_row_col"])

@@ -1,0 +1,203 @@
+"""Export a BitFit adapter as a PEFT BEFT adapter: ``peft.PeftModel.from_pretrained(stock, folder)`` loads it
+with no bitfit-hf installed.
+
+The mapping (written by peft's own ``save_pretrained``, so the format is peft's by construction):
+
+* a trained bias of an ``nn.Linear`` -> a BEFT target with the delta ``b_trained - b_stock``;
+* a trained norm (LayerNorm bias, or any tensor of a module whose parameters are all vectors) -> the
+  module in ``modules_to_save`` (saved whole: its weight travels along, unchanged);
+* the task head -> ``modules_to_save``.
+
+What PEFT cannot express is refused with an error naming the part: a bias added to a bias-less module
+(PEFT declines to add biases: a BEFT delta there could not be merged), a fused chunk (GPT-2's ``c_attn``
+thirds) or any bias of a non-Linear module (BEFT wraps ``nn.Linear`` only), weight matrices selected by
+patterns, and adapters of other methods (LoRA parts, random subsets, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import List, Optional, Union
+
+import torch
+from torch import nn
+
+from bitfit_hf.adapters.adapter import BitFitAdapter
+from bitfit_hf.adapters.auto import AutoBitFitModel
+from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.adapters.export import replace_dir
+from bitfit_hf.tuners import METHODS
+from bitfit_hf.tuners.bitfit.selection import resolve
+
+
+class PeftExportError(AdapterError):
+    """A part of the adapter has no PEFT equivalent; the message names it."""
+
+
+@dataclass
+class PeftPlan:
+    """Where each part of a BitFit adapter goes in a PEFT BEFT adapter."""
+
+    beft_targets: List[str] = field(default_factory=list)  # nn.Linear modules carrying a bias delta
+    modules_to_save: List[str] = field(default_factory=list)  # norms with trained tensors, then the head
+
+
+def _method_refusal(method: str) -> str:
+    spec = METHODS.get(method)
+    what = f" ({spec.description})" if spec is not None and spec.description else ""
+    if method == "bitfit_lora":
+        return ("its LoRA matrices: a PEFT adapter holds one tuner type, and BEFT (bias deltas) has no LoRA part. "
+                "Use bitfit-hf to load it, or `bitfit-hf merge` for a plain checkpoint.")
+    return (f"it is an adapter of method {method!r}{what}; PEFT's BEFT tuner expresses plain BitFit selections "
+            "(whole bias vectors) only.")
+
+
+def peft_plan(adapter: BitFitAdapter, model: nn.Module) -> PeftPlan:
+    """The PEFT layout of ``adapter`` on ``model`` (a stock base: real or on the meta device); a
+    :class:`PeftExportError` naming the first part PEFT cannot express."""
+    cfg = adapter.config
+    if cfg.method != "bitfit":
+        raise PeftExportError(f"Cannot export to PEFT: {_method_refusal(cfg.method)}")
+    if cfg.added_biases:
+        first = next(iter(cfg.added_biases))
+        raise PeftExportError(
+            f"Cannot export to PEFT: the bias added to {first!r} (and {len(cfg.added_biases) - 1} more): the stock "
+            f"{cfg.architecture} has no bias there, and PEFT does not add biases to bias-less layers (a BEFT delta "
+            "there cannot be merged). Keep the bitfit-hf adapter format for this model."
+        )
+    selection = resolve(model, cfg.bitfit_config())
+    chunks = selection.chunk_masks()
+    if chunks:
+        name, parts = next(iter(chunks.items()))
+        roles = [e.role for e in selection.entries if e.name == name and e.chunk is not None]
+        raise PeftExportError(
+            f"Cannot export to PEFT: {' '.join(dict.fromkeys(roles))}, {len(parts)} of the {parts[0][1]} fused parts of "
+            f"{name!r} (GPT-2's c_attn holds the q, k and v biases end to end): PEFT has no way to train part of a "
+            "bias vector. Keep the bitfit-hf format for this adapter."
+        )
+    modules = dict(model.named_modules())
+    heads = [h for h in cfg.head_modules if any(n == h or n.startswith(h + ".") for n in adapter.tensors)]
+    plan = PeftPlan()
+    for name in adapter.tensors:
+        if any(name.startswith(h + ".") for h in heads):
+            continue
+        module_name, _, attr = name.rpartition(".")
+        module = modules.get(module_name)
+        if module is None:
+            raise PeftExportError(f"Cannot export to PEFT: {name!r} is not a parameter of {type(model).__name__}.")
+        if attr == "bias" and isinstance(module, nn.Linear):
+            if module_name not in plan.beft_targets:
+                plan.beft_targets.append(module_name)
+        elif all(p.dim() == 1 for p in module.parameters(recurse=False)):
+            if module_name not in plan.modules_to_save:
+                plan.modules_to_save.append(module_name)
+        elif attr == "bias":
+            raise PeftExportError(
+                f"Cannot export to PEFT: the bias {name!r} belongs to a {type(module).__name__}, and PEFT's BEFT "
+                "tuner adds bias deltas to nn.Linear layers only (saving the whole module would carry its weight "
+                "matrix). Keep the bitfit-hf format for this model."
+            )
+        else:
+            raise PeftExportError(
+                f"Cannot export to PEFT: {name!r} is a weight matrix selected by a pattern; a BEFT adapter carries "
+                "biases, norms and the head only."
+            )
+    plan.modules_to_save += heads
+    return plan
+
+
+def export_peft(
+    adapter: Union[str, BitFitAdapter],
+    save_directory: str,
+    base_model: Union[None, str, nn.Module] = None,
+    check_base: bool = True,
+    **model_kwargs,
+) -> str:
+    """Write ``adapter`` (an adapter, its folder or Hub id) as a PEFT BEFT adapter into ``save_directory``
+    (replaced atomically); returns the directory. ``base_model`` overrides the recorded base (a path, a Hub
+    id, or a stock model, which is changed in place). Loading it::
+
+        model = AutoModelForSequenceClassification.from_pretrained(base_id, num_labels=...)
+        model = peft.PeftModel.from_pretrained(model, save_directory)
+    """
+    import peft
+
+    if isinstance(adapter, str):
+        adapter = BitFitAdapter.from_pretrained(adapter)
+    cfg = adapter.config
+    if cfg.method != "bitfit":  # before any model is loaded
+        raise PeftExportError(f"Cannot export to PEFT: {_method_refusal(cfg.method)}")
+    if not hasattr(peft, "BeftConfig"):
+        raise PeftExportError(f"peft {peft.__version__} has no BEFT tuner: install peft >= 0.20 to export.")
+    model = base_model if isinstance(base_model, nn.Module) else AutoBitFitModel.build_base(adapter, base_model, **model_kwargs)
+    plan = peft_plan(adapter, model)
+    params = dict(model.named_parameters())
+    stock = {m: params[f"{m}.bias"].detach().clone() for m in plan.beft_targets}
+    adapter.apply_to(model, check_base=check_base)  # checks the base, writes trained biases, norms and head
+    deltas = {m: (params[f"{m}.bias"].detach() - stock[m]).reshape(1, -1) for m in plan.beft_targets}
+    with torch.no_grad():
+        for module_name, value in stock.items():  # the base keeps its stock biases; BEFT adds the deltas
+            params[f"{module_name}.bias"].copy_(value)
+    peft_config = peft.BeftConfig(
+        task_type=cfg.task_type,
+        target_modules=list(plan.beft_targets),
+        modules_to_save=list(plan.modules_to_save),
+        base_model_name_or_path=cfg.base_model_name_or_path or None,
+        revision=cfg.base_model_revision,
+    )
+    peft_model = peft.get_peft_model(model, peft_config)
+    # peft records the folder the model was loaded from; users need the base the adapter names (a Hub id).
+    peft_model.peft_config[peft_model.active_adapter].base_model_name_or_path = cfg.base_model_name_or_path or None
+    inner = peft_model.get_base_model()
+    with torch.no_grad():
+        for module_name, delta in deltas.items():
+            layer = inner.get_submodule(module_name)
+            layer.beft_bias[peft_model.active_adapter].copy_(delta.to(layer.beft_bias[peft_model.active_adapter]))
+
+    parent = os.path.dirname(os.path.abspath(save_directory))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".export-peft-", dir=parent)
+    try:
+        peft_model.save_pretrained(tmp, save_embedding_layers=False)
+        replace_dir(tmp, save_directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return save_directory
+
+
+def peft_export_blocker(adapter: BitFitAdapter, model: Optional[nn.Module] = None) -> Optional[str]:
+    """Why ``adapter`` cannot be exported to PEFT (``None``: it can). Without ``model``, the check runs on
+    a weightless (meta-device) copy of the recorded base's architecture, built from its config; when that
+    config is not at hand, the answer is a reason too (nothing is claimed unchecked)."""
+    if adapter.config.method != "bitfit":
+        return _method_refusal(adapter.config.method)
+    try:
+        import peft
+
+        if not hasattr(peft, "BeftConfig"):
+            return f"peft {peft.__version__} has no BEFT tuner"
+        if model is None:
+            model = _meta_base(adapter)
+        peft_plan(adapter, model)
+    except PeftExportError as err:
+        return str(err)
+    except (OSError, ValueError, ImportError) as err:
+        return f"the base model's architecture could not be checked ({err.__class__.__name__})"
+    return None
+
+
+def _meta_base(adapter: BitFitAdapter, source: Optional[str] = None) -> nn.Module:
+    """The adapter's base class built from the base config on the meta device (no weights)."""
+    import transformers
+
+    cfg = adapter.config
+    config = transformers.AutoConfig.from_pretrained(source or cfg.base_model_name_or_path,
+                                                     revision=cfg.base_model_revision or None)
+    if cfg.num_labels and cfg.task_type in ("SEQ_CLS", "TOKEN_CLS"):
+        config.num_labels = cfg.num_labels
+    model_cls = getattr(transformers, cfg.architecture)
+    with torch.device("meta"):
+        return model_cls(config)

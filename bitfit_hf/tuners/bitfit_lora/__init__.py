@@ -1,0 +1,6 @@
+"""BitFit + LoRA: a BitFit selection and the head, plus peft LoRA matrices (default: query and value)."""
+
+from bitfit_hf.tuners.bitfit_lora.config import LORA, BitFitLoraConfig
+from bitfit_hf.tuners.bitfit_lora.model import BitFitLoraState, apply_bitfit_lora
+
+__all__ = ["LORA", "BitFitLoraConfig", "BitFitLoraState", "apply_bitfit_lora"]

@@ -1,0 +1,243 @@
+"""BitFit + LoRA: peft LoRA matrices, the selected biases and the head train; nothing else moves; the adapter
+reproduces the trained logits exactly, and the merged checkpoint up to float rounding."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers as T
+from conftest import batch, tiny_model
+from datasets import Dataset
+
+from bitfit_hf import AdapterBank, AutoBitFitModel, BitFitAdapter, BitFitConfig, BitFitTrainer, export_merged
+from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.tuners import apply_method
+from bitfit_hf.tuners.bitfit_lora import LORA, BitFitLoraConfig, BitFitLoraState
+
+MERGE_ATOL = 1e-5  # W + BA folded into one matrix rounds differently from x W + (x A) B; measured <= 5e-7
+
+# LLaMA has no biases: BitFit adds zero ones (b_k left out: softmax ignores a shift of the keys, its gradient is 0)
+ARCH_CONFIGS = {
+    "bert": dict(),
+    "roberta": dict(),
+    "llama": dict(bias_terms=["b_q", "b_v", "b_m1", "b_m2", "b_m3"], add_missing_biases=True),
+}
+
+
+def _dataset(vocab, n=16, length=12):
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(3, vocab, (n, length), generator=g)
+    labels = (ids[:, 1] % 2).tolist()
+    return Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": [[1] * length] * n, "labels": labels})
+
+
+def _args(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, max_steps=3, learning_rate=2e-2,
+                report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0)
+    base.update(kw)
+    return T.TrainingArguments(**base)
+
+
+def _snapshot(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _train(model, tmp_path, config, vocab, **kw):
+    trainer = BitFitTrainer(model, _args(tmp_path, **kw), train_dataset=_dataset(vocab), bitfit_config=config)
+    trainer.train()
+    model.eval()
+    return trainer
+
+
+def _check_only_selection_moved(model, before, state):
+    """Every frozen tensor bit-identical; every LoRA matrix, selected bias and head tensor moved."""
+    trained = set(state.selection.parameter_names)
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved == trained, (sorted(moved - trained)[:5], sorted(trained - moved)[:5])
+    roles = {e.role for e in state.selection.entries}
+    assert LORA in roles and "head" in roles and len(roles) > 2
+
+
+@pytest.mark.parametrize("arch", sorted(ARCH_CONFIGS))
+def test_tiny_models_move_exactly_lora_biases_and_head_and_reload_exactly(arch, tmp_path):
+    model = tiny_model(arch, num_labels=2)
+    base_dir = tmp_path / "base"
+    model.save_pretrained(base_dir)
+    model = T.AutoModelForSequenceClassification.from_pretrained(base_dir)
+    config = BitFitLoraConfig(lora_r=4, lora_alpha=8, lora_dropout=0.1, bias_learning_rate=1e-2,
+                              lora_learning_rate=3e-2, **ARCH_CONFIGS[arch])
+    state = apply_method(model, config)
+    assert isinstance(state, BitFitLoraState) and state.lora_modules  # query/value projections by default
+    assert all(m.rsplit(".", 1)[-1] in ("query", "value", "q_proj", "v_proj") for m in state.lora_modules)
+    before = _snapshot(model)
+    trainer = _train(model, tmp_path, config, model.config.vocab_size)
+    _check_only_selection_moved(model, before, state)
+    # separate learning rates for the LoRA matrices and the biases
+    rates = {g["lr"] if "initial_lr" not in g else g["initial_lr"] for g in trainer.optimizer.param_groups}
+    assert {3e-2, 1e-2} <= rates
+
+    inputs = batch(vocab=model.config.vocab_size)
+    with torch.no_grad():
+        trained = model(**inputs).logits
+    trainer.save_model(str(tmp_path / "adapter"))
+    saved = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert saved["method"] == "bitfit_lora"
+    assert {"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.1}.items() <= saved["method_config"].items()
+    assert any(".lora_A." in n for n in saved["adapter_parameters"])
+
+    loaded = AutoBitFitModel.from_pretrained(str(tmp_path / "adapter"), base_model=str(base_dir)).eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(**inputs).logits, trained)  # exactly
+
+    export_merged(loaded, str(tmp_path / "merged"))
+    plain = T.AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
+    assert not any("lora" in n for n, _ in plain.named_parameters())
+    with torch.no_grad():
+        diff = (plain(**inputs).logits - trained).abs().max().item()
+    assert diff <= MERGE_ATOL, diff
+
+
+def test_real_minilm_moves_exactly_lora_biases_and_head(minilm_dir, tmp_path):
+    tok = T.AutoTokenizer.from_pretrained(minilm_dir)
+    texts = ["a gorgeous, witty, seductive movie.", "dull, lifeless and badly acted."] * 4
+    enc = tok(texts, padding="max_length", max_length=16, truncation=True)
+    data = Dataset.from_dict({**enc, "labels": [1, 0] * 4})
+    torch.manual_seed(0)
+    model = T.AutoModelForSequenceClassification.from_pretrained(minilm_dir, num_labels=2)
+    config = BitFitLoraConfig()  # the defaults: r 8, alpha 16, dropout 0.1, query + value, every bias
+    state = apply_method(model, config)
+    assert len(state.lora_modules) == 12  # 6 layers x (query, value)
+    before = _snapshot(model)
+    trainer = BitFitTrainer(model, _args(tmp_path, max_steps=2, learning_rate=1e-2), train_dataset=data,
+                            bitfit_config=config)
+    trainer.train()
+    model.eval()
+    _check_only_selection_moved(model, before, state)
+    inputs = {k: torch.tensor(v[:4]) for k, v in enc.items()}
+    with torch.no_grad():
+        trained = model(**inputs).logits
+    trainer.save_model(str(tmp_path / "adapter"))
+    loaded = AutoBitFitModel.from_pretrained(str(tmp_path / "adapter"), base_model=minilm_dir).eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(**inputs).logits, trained)
+
+
+def test_gpt2_fused_c_attn_gets_lora_whole_and_reloads_exactly():
+    model = tiny_model("gpt2", num_labels=2)
+    state = apply_method(model, BitFitLoraConfig(lora_r=2, lora_dropout=0.0, bias_terms=["b_q"]))
+    assert [m.rsplit(".", 1)[-1] for m in state.lora_modules] == ["c_attn", "c_attn"]
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(0.1 * torch.randn_like(param))
+        trained = model(**batch()).logits
+    adapter = BitFitAdapter.from_model(model)
+    fresh = tiny_model("gpt2", num_labels=2)
+    adapter.apply_to(fresh)
+    with torch.no_grad():
+        assert torch.equal(fresh(**batch()).logits, trained)
+
+
+def test_lora_leaves_outputs_unchanged_until_trained():
+    model = tiny_model("bert")
+    with torch.no_grad():
+        before = model(**batch()).logits
+    apply_method(model, BitFitLoraConfig(lora_dropout=0.0))
+    with torch.no_grad():
+        assert torch.equal(model(**batch()).logits, before)
+
+
+def test_explicit_targets_follow_peft_matching_and_bad_targets_are_named():
+    model = tiny_model("bert")
+    state = apply_method(model, BitFitLoraConfig(lora_target_modules=["key", "output.dense"]))
+    tails = sorted({m.split("layer.", 1)[1].split(".", 1)[1] for m in state.lora_modules})
+    assert tails == ["attention.output.dense", "attention.self.key", "output.dense"]
+    with pytest.raises(ValueError, match="matches no module.*Linear layers include"):
+        apply_method(tiny_model("bert"), BitFitLoraConfig(lora_target_modules=["no_such_proj"]))
+
+
+def test_other_lora_settings_on_a_prepared_model_are_refused():
+    model = tiny_model("bert")
+    apply_method(model, BitFitLoraConfig(lora_r=4))
+    assert apply_method(model, BitFitLoraConfig(lora_r=4)) is not None  # same settings: the same state
+    with pytest.raises(ValueError, match="already carries LoRA layers"):
+        apply_method(model, BitFitLoraConfig(lora_r=8))
+
+
+def test_config_checks():
+    with pytest.raises(ValueError, match="lora_r"):
+        BitFitLoraConfig(lora_r=0)
+    with pytest.raises(ValueError, match="full"):
+        BitFitLoraConfig(bias_terms="full")
+    cfg = BitFitLoraConfig(lora_target_modules=["query,value"], lora_learning_rate=1e-4, bias_learning_rate=1e-3)
+    assert cfg.lora_target_modules == ["query", "value"]
+    assert (cfg.learning_rate_for(LORA), cfg.learning_rate_for("b_q")) == (1e-4, 1e-3)
+    assert BitFitLoraConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def _perturbed_adapter(config, seed):
+    model = tiny_model("bert", num_labels=2 + seed % 2)
+    apply_method(model, config)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(0.2 * torch.randn(param.shape, generator=g))
+        logits = model(**batch()).logits
+    return BitFitAdapter.from_model(model), logits
+
+
+def test_adapter_bank_switches_lora_tasks_bias_tasks_and_the_base_exactly():
+    lora_qv, lora_qv_logits = _perturbed_adapter(BitFitLoraConfig(lora_r=4, lora_dropout=0.0), 1)
+    bias_only, bias_logits = _perturbed_adapter(BitFitConfig(), 2)
+    lora_k, lora_k_logits = _perturbed_adapter(
+        BitFitLoraConfig(lora_r=2, lora_alpha=4, lora_target_modules=["key"], lora_dropout=0.0, bias_terms="b_k"), 3)
+    base = tiny_model("bert", num_labels=2)
+    with torch.no_grad():
+        base_logits = base(**batch()).logits
+    bank = AdapterBank(base)
+    bank.add("bias", bias_only)
+    bank.add("qv", lora_qv)
+    bank.add("k", lora_k)
+    expected = {"qv": lora_qv_logits, "bias": bias_logits, "k": lora_k_logits, None: base_logits}
+    with torch.no_grad():
+        for name in ["qv", "bias", "k", "qv", None, "k", "bias"]:
+            bank.activate(name) if name else bank.restore_base()
+            assert torch.equal(base(**batch()).logits, expected[name]), name
+
+
+def test_multitask_refuses_lora_tasks_clearly():
+    from bitfit_hf.adapters.multitask import MultiTaskModel
+
+    lora_qv, _ = _perturbed_adapter(BitFitLoraConfig(lora_r=4, lora_dropout=0.0), 1)
+    with pytest.raises(AdapterError, match="LoRA"):
+        MultiTaskModel(tiny_model("bert", num_labels=2), {"qv": lora_qv})
+
+
+
+def test_resume_from_a_checkpoint_continues_exactly(tmp_path):
+    """checkpoint-2 holds the adapter (LoRA matrices under peft's wrapped names, biases, head) and the optimizer
+    state; a fresh stock model resumed from it to step 4 ends bit-identical to the uninterrupted run (LoRA
+    dropout on: the checkpoint's RNG state is restored too)."""
+    from bitfit_hf.utils.constants import WEIGHTS_NAME
+
+    def run(out, resume=None):
+        model = tiny_model("bert").train()
+        trainer = BitFitTrainer(model, _args(tmp_path, output_dir=str(out), max_steps=4, save_strategy="steps",
+                                             save_steps=2), train_dataset=_dataset(model.config.vocab_size, n=32),
+                                bitfit_config=BitFitLoraConfig(lora_r=4, lora_learning_rate=5e-3))
+        trainer.train(resume_from_checkpoint=resume)
+        return model
+
+    full = run(tmp_path / "full")
+    checkpoint = tmp_path / "full" / "checkpoint-2"
+    assert (checkpoint / WEIGHTS_NAME).is_file()
+    assert any(".lora_A." in n for n in BitFitAdapter.from_directory(str(checkpoint)).tensors)
+    resumed = run(tmp_path / "resumed", resume=str(checkpoint))
+    theirs = dict(full.named_parameters())
+    for name, param in resumed.named_parameters():
+        assert torch.equal(param, theirs[name]), name
+    moved = [n for n, p in resumed.named_parameters() if ".lora_B." in n and p.abs().sum() > 0]
+    assert moved  # LoRA trained (lora_B starts at zero), so the comparison above covers it
