@@ -25,6 +25,7 @@ from bitfit_hf import BitFitTrainer
 from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
+from bitfit_hf.recipe_kit.loading import ensure_pad_token
 from bitfit_hf.recipe_kit.tasks.classification import (
     canonicalize_glue_columns,
     check_texts,
@@ -125,6 +126,7 @@ def main(argv=None):
     )
     tokenizer = recipe.load_tokenizer(model_args, source)
     model = recipe.load_model(AutoModelForSequenceClassification, model_args, source, config)
+    ensure_pad_token(tokenizer, model)  # decoder-only bases (LLaMA, SmolLM2) may have no padding token
     recipe.maybe_load_adapter(model, model_args)
 
     # 5. Tokenise (padding per batch unless --pad_to_max_length).

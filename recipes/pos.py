@@ -28,6 +28,7 @@ from bitfit_hf.metrics.loading import load_metric
 from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
+from bitfit_hf.recipe_kit.loading import ensure_pad_token
 from bitfit_hf.recipe_kit.tasks.tagging import (
     check_tagged_split,
     make_tokenize_and_align,
@@ -103,6 +104,7 @@ def main(argv=None):
     )
     tokenizer = recipe.load_tokenizer(model_args, source, need_fast=True)
     model = recipe.load_model(AutoModelForTokenClassification, model_args, source, config)
+    ensure_pad_token(tokenizer, model)  # decoder-only bases (LLaMA, SmolLM2) may have no padding token
     recipe.maybe_load_adapter(model, model_args)
 
     # 5. Tokenise pre-split words; each word's tag on its first sub-token, -100 elsewhere.

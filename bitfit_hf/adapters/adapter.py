@@ -21,11 +21,11 @@ import torch
 from torch import nn
 
 from bitfit_hf.adapters import sparse as sparse_format
+from bitfit_hf.adapters.base_check import check_same_base
 from bitfit_hf.adapters.config import (
     FORMAT_VERSION,
     AdapterConfig,
     AdapterError,
-    BaseModelMismatchError,
     task_type_of,
 )
 from bitfit_hf.adapters.integrity import tensors_digest, verify_tensors
@@ -34,6 +34,7 @@ from bitfit_hf.adapters.remote import remote_store
 from bitfit_hf.tuners import apply_method, method_spec
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import get_bitfit_state, trainable_state_dict, unwrap
+from bitfit_hf.utils.base_loading import describe_base_loading
 from bitfit_hf.utils.constants import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, __version__
 from bitfit_hf.utils.io import write_bytes_atomic, write_json_atomic, write_text_atomic
 
@@ -97,6 +98,8 @@ class BitFitAdapter:
             added_biases=dict(state.added_biases),
             method=cfg.method,
             method_config=method_fields(cfg),
+            base_loading=describe_base_loading(inner),
+            base_sketch=dict(state.base_sketch),
             sparse_parameters=[n for n in state.selection.parameter_names if n in sparse],
             num_labels=getattr(hf_config, "num_labels", None) if task_type_of(architecture) else None,
             id2label={str(k): v for k, v in id2label.items()} if id2label else None,
@@ -234,14 +237,8 @@ class BitFitAdapter:
                 f"{_first_difference(cfg.trained_parameters, state.selection.parameter_names)}. It was trained "
                 f"on {cfg.architecture} ({cfg.base_model_name_or_path})."
             )
-        if check_base and state.fingerprint != cfg.base_fingerprint:
-            raise BaseModelMismatchError(
-                f"This adapter was trained on base {cfg.base_model_name_or_path!r}"
-                f"{'@' + cfg.base_model_revision if cfg.base_model_revision else ''} (fingerprint "
-                f"{cfg.base_fingerprint}), but the model given was loaded from "
-                f"{getattr(inner.config, '_name_or_path', '?')!r} (fingerprint {state.fingerprint}): its frozen "
-                "weights differ. Load the adapter onto the base it was trained on (check the revision)."
-            )
+        if check_base:
+            check_same_base(cfg, state, inner)  # exact fingerprint, or the same base loaded another way
         dense, sparse = sparse_format.split(self.tensors, cfg.sparse_parameters)
         drawn = getattr(state, "sparse_indices", None)
         if sparse and drawn is not None and (set(drawn) != set(sparse) or any(

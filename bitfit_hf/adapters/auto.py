@@ -9,6 +9,7 @@ from torch import nn
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.utils.base_loading import loading_kwargs, remember_base_loading
 
 
 class AutoBitFitModel:
@@ -26,7 +27,9 @@ class AutoBitFitModel:
         check_base: bool = True,
         **model_kwargs,
     ) -> nn.Module:
-        """``base_model`` overrides the base recorded in the adapter (a path, a Hub id or a model)."""
+        """``base_model`` overrides the base recorded in the adapter (a path, a Hub id or a model). Without
+        it the base is loaded as it was for training: from the recorded GGUF file, or quantized with the
+        recorded quantization config (``model_kwargs`` override either)."""
         if isinstance(adapter, str):
             hub = {k: v for k, v in {"revision": revision, "token": token}.items() if v is not None}
             for key in ("cache_dir", "local_files_only"):
@@ -40,7 +43,8 @@ class AutoBitFitModel:
     @classmethod
     def build_base(cls, adapter: BitFitAdapter, base_model: Optional[str] = None, **model_kwargs) -> nn.Module:
         """The stock base model the adapter was trained on (its class, label count and names), not yet
-        adapted; ``base_model`` overrides the recorded base (a path or a Hub id)."""
+        adapted, loaded as it was for training (the recorded GGUF file or quantization config);
+        ``base_model`` overrides the recorded base (a path or a Hub id)."""
         cfg = adapter.config
         model_cls = getattr(transformers, cfg.architecture, None)
         if model_cls is None:
@@ -64,9 +68,14 @@ class AutoBitFitModel:
             # A base that is itself a task checkpoint may have a head of another size; the adapter brings
             # its own head, and the fingerprint still checks every other tensor.
             kwargs.setdefault("ignore_mismatched_sizes", True)
-        if cfg.base_model_revision and base_model is None:
-            kwargs.setdefault("revision", cfg.base_model_revision)
-        return model_cls.from_pretrained(source, **kwargs)
+        if base_model is None:
+            if cfg.base_model_revision:
+                kwargs.setdefault("revision", cfg.base_model_revision)
+            for key, value in loading_kwargs(cfg.base_loading).items():  # the GGUF file, the quantizer
+                kwargs.setdefault(key, value)
+        model = model_cls.from_pretrained(source, **kwargs)
+        remember_base_loading(model, kwargs.get("gguf_file"))
+        return model
 
 
 def _check_label_kwargs(cfg, kwargs) -> None:

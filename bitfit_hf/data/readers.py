@@ -30,6 +30,7 @@ from typing import Any
 
 __all__ = [
     "read_movie_reviews",
+    "read_editorial_articles",
     "read_tagged_text",
     "read_conll",
     "read_squad_json",
@@ -112,6 +113,30 @@ def read_movie_reviews(
     if keep_rating:
         spec.update(id=datasets.Value("string"), rating=datasets.Value("float64"))
     return _to_dataset(rows, datasets.Features(spec))
+
+
+def read_editorial_articles(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read VADER's NYT editorial snippets (``article_sentence<TAB>rating<TAB>text``) back into articles.
+
+    Returns ``{"id": article id, "text": its sentences joined in order}`` per article, in file order:
+    running English prose for language modelling (the ratings are dropped).
+
+    Raises:
+        ValueError: a line without three tab-separated fields or with an id that is not ``N_M``.
+    """
+    articles: dict[str, list[tuple[int, str]]] = {}
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        parts = line.split("\t", 2)
+        if len(parts) != 3:
+            raise ValueError(f"{path}:{lineno}: expected 3 tab-separated fields (id, rating, text), got {len(parts)}")
+        article, _, sentence = parts[0].strip().partition("_")
+        if not article or not sentence.isdigit():
+            raise ValueError(f"{path}:{lineno}: id {parts[0]!r} is not article_sentence")
+        if parts[2].strip():
+            articles.setdefault(article, []).append((int(sentence), parts[2].strip()))
+    return [{"id": a, "text": " ".join(text for _, text in sorted(s))} for a, s in articles.items()]
 
 
 # --------------------------------------------------------------------------- tagging

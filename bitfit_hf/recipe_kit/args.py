@@ -104,6 +104,19 @@ class ModelArguments:
         default=None,
         metadata={"help": "Start from a saved BitFit adapter (a directory or Hub id): evaluate it, or keep training it."},
     )
+    gguf_file: Optional[str] = field(
+        default=None,
+        metadata={"help": "Load the model from this GGUF file of --model_name_or_path (transformers dequantises it); "
+                  "needs the `gguf` package. The adapter records it."},
+    )
+    load_in_4bit: bool = field(
+        default=False,
+        metadata={"help": "QBitFit: load the base in 4-bit NF4 with bitsandbytes (bf16 compute) and train float32 "
+                  "biases on it. Needs a CUDA GPU and bitsandbytes."},
+    )
+    load_in_8bit: bool = field(
+        default=False, metadata={"help": "QBitFit: load the base in 8-bit with bitsandbytes. Needs a CUDA GPU and bitsandbytes."}
+    )
 
 
 @dataclass
@@ -280,7 +293,9 @@ class BitFitArguments:
             bias_terms = {"bitfit": flat or "all", "full": "full", "frozen": "frozen"}[self.method]
             return BitFitConfig(bias_terms=bias_terms, **common)
         except ValueError as err:
-            raise RecipeError(f"--bias_terms / --bias_patterns / --match_bias_terms / --lora_*: {err}") from None
+            raise RecipeError(
+                f"--bias_terms / --bias_patterns / --match_bias_terms / --added_bias_init / --lora_*: {err}"
+            ) from None
 
 
     def _adapterbias_config(self, flat: List[str]) -> AdapterBiasConfig:
@@ -325,6 +340,8 @@ class RecipeDefaults:
         offline_task: ``task_name`` implied by the offline dataset (GLUE: ``sst2``), if the recipe has one.
         offline_learning_rates: per-method learning rates for the offline default run, where the step
             budget is small (SQuAD: a higher BitFit rate); other methods keep :data:`DEFAULT_LEARNING_RATES`.
+        default_model_asset: the model asset (:data:`bitfit_hf.data.assets.MODEL_ASSETS`) a run without
+            ``--model_name_or_path`` uses, fetched before anything is loaded.
     """
 
     recipe: str
@@ -333,6 +350,7 @@ class RecipeDefaults:
     offline: Dict[str, Any] = field(default_factory=dict)
     offline_task: Optional[str] = None
     offline_learning_rates: Dict[str, float] = field(default_factory=dict)
+    default_model_asset: str = "minilm"
 
 
 @dataclass

@@ -178,6 +178,20 @@ def _vitaminc():
     return datasets.DatasetDict(out)
 
 
+def _nyt_editorials():
+    """Whole NYT editorials (running text) for causal LM: every 10th article is validation, 5% test."""
+    import datasets
+
+    from bitfit_hf.data import read_editorial_articles
+    from bitfit_hf.data.assets import asset_path
+
+    articles = read_editorial_articles(asset_path("nyt_editorials"))
+    split = {"validation": articles[::10], "test": articles[5::20]}
+    held = {a["id"] for part in split.values() for a in part}
+    split["train"] = [a for a in articles if a["id"] not in held]
+    return datasets.DatasetDict({name: datasets.Dataset.from_list(rows) for name, rows in split.items()})
+
+
 OFFLINE_DATASETS: Dict[str, OfflineDataset] = {
     d.name: d
     for d in (
@@ -186,6 +200,7 @@ OFFLINE_DATASETS: Dict[str, OfflineDataset] = {
         OfflineDataset("squad_dev", "SQuAD v1.1 dev set, via bigbench 1.0.0", _squad_dev),
         OfflineDataset("vitaminc", "VitaminC evidence/claim fact verification (True/False/Neither), via bigbench 1.0.0",
                        _vitaminc),
+        OfflineDataset("nyt_editorials", "New York Times editorials (running text), vaderSentiment 3.3.2", _nyt_editorials),
     )
 }
 

@@ -121,14 +121,16 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     Returns ``(parsed, bitfit_config)``; ``parsed`` unpacks to model, data, BitFit and training arguments."""
     from transformers import set_seed
 
+    from bitfit_hf.recipe_kit.loading import check_base_loading
     from bitfit_hf.training.distributed import use_available_cpu_threads
 
     parsed = parse_recipe_args(data_class, defaults, argv)
+    check_base_loading(parsed.model)  # --load_in_4bit on a CPU fails here, before any loading
     setup_logging(parsed.training)
     use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread
     log_run_header(parsed, defaults.recipe)
     bitfit_config = parsed.bitfit.bitfit_config()
-    fetch_default_assets(parsed)
+    fetch_default_assets(parsed, defaults.default_model_asset)
     set_seed(parsed.training.seed)
     return parsed, bitfit_config
 
@@ -136,7 +138,7 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
 # --------------------------------------------------------------------------- model
 
 
-def fetch_default_assets(parsed: ParsedArgs) -> None:
+def fetch_default_assets(parsed: ParsedArgs, model_asset: str = "minilm") -> None:
     """Before anything is loaded, make sure the default model (no ``--model_name_or_path``) and the
     offline dataset this run uses are at hand: fetched on first use, like Hub downloads, by the main
     process of each node while the others wait. Offline (``BITFIT_HF_OFFLINE=1`` or
@@ -145,7 +147,7 @@ def fetch_default_assets(parsed: ParsedArgs) -> None:
 
     names = []
     if parsed.model.model_name_or_path is None:
-        names.append("minilm")
+        names.append(model_asset)
     if parsed.data.dataset_name in ASSETS:
         names.append(parsed.data.dataset_name)
     if names:
@@ -217,12 +219,15 @@ def check_model_head(config, head: str) -> None:
 
 
 def _hub_kwargs(model_args) -> Dict[str, Any]:
-    return {
+    kwargs = {
         "cache_dir": model_args.cache_dir,
         "revision": model_args.model_revision,
         "token": model_args.token,
         "trust_remote_code": model_args.trust_remote_code,
     }
+    if getattr(model_args, "gguf_file", None):
+        kwargs["gguf_file"] = model_args.gguf_file  # config, tokenizer and weights all come from the file
+    return kwargs
 
 
 def load_config(model_args, source: str, head: str, **config_kwargs):
@@ -254,10 +259,16 @@ def load_tokenizer(model_args, source: str, need_fast: bool = False):
 
 
 def load_model(auto_class, model_args, source: str, config):
+    """The model, loaded as ``--gguf_file`` / ``--load_in_4bit`` / ``--load_in_8bit`` ask (remembered for the adapter)."""
+    from bitfit_hf.recipe_kit.loading import base_loading_kwargs
+    from bitfit_hf.utils.base_loading import remember_base_loading
+
     try:
-        return auto_class.from_pretrained(
-            source, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **_hub_kwargs(model_args)
+        model = auto_class.from_pretrained(
+            source, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **_hub_kwargs(model_args),
+            **base_loading_kwargs(model_args),
         )
+        return remember_base_loading(model, getattr(model_args, "gguf_file", None))
     except RuntimeError as err:
         if "size mismatch" in str(err):
             raise RecipeError(

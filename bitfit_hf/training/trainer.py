@@ -23,6 +23,7 @@ from bitfit_hf.training.distributed import (
     zero12_evaluation_before_training,
 )
 from bitfit_hf.training.optim import keep_untrained_entries, parameter_groups, without_names
+from bitfit_hf.training.quantized_base import biases_count_as_adapter
 from bitfit_hf.tuners import apply_method
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import adapter_parameter_names, get_bitfit_state, unwrap
@@ -87,7 +88,8 @@ class BitFitTrainerBase(Trainer):
         self.bitfit_state = state
         self.base_model_name_or_path = base_model_name_or_path
         self.base_model_revision = base_model_revision
-        super().__init__(model, args, *trainer_args, **trainer_kwargs)
+        with biases_count_as_adapter(model, state.selection.trainable_numel):  # QBitFit: quantized bases
+            super().__init__(model, args, *trainer_args, **trainer_kwargs)
         protect_secret_fields(self.args)  # training_args.bin (full-model saves) is a pickle of the args
         self.model_accepts_loss_kwargs = loss_uses_num_items(unwrap(self.model))
         # Stop launches that exit 0 while training wrongly (ranks alone, DeepSpeed off): docs/distributed.md

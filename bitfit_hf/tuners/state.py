@@ -101,6 +101,8 @@ class TunerState:
         self.added_biases = added_biases  # module name -> "native" | "hook"
         self.fingerprint = fingerprint  # of the frozen base weights, taken before training
         self.mask_handles: List = []
+        # names, shapes and sampled weights of the base: recognises it loaded another way (quantized or not)
+        self.base_sketch: Dict[str, Any] = {}
 
     @property
     def config(self):

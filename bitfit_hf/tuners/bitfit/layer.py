@@ -51,7 +51,9 @@ def add_zero_bias(module: nn.Module) -> str:
     else:
         shape = getattr(weight, "ds_shape", None) or weight.shape  # ZeRO-3 partitions hold (0,)
         size = shape[0] if len(shape) == 1 else int(torch.Size(module.normalized_shape).numel())
-    bias = nn.Parameter(torch.zeros(size, dtype=weight.dtype, device=weight.device))
+    # A quantized weight (uint8 / int8 storage) gives no bias dtype: such biases are float32.
+    dtype = weight.dtype if weight.is_floating_point() else torch.float32
+    bias = nn.Parameter(torch.zeros(size, dtype=dtype, device=weight.device))
     if kind == NATIVE:
         module.bias = bias
     else:

@@ -12,8 +12,9 @@ from bitfit_hf.tuners.bitfit.config import BitFitConfig, parse_bias_init
 from bitfit_hf.tuners.bitfit.layer import add_zero_biases, initialize_biases
 from bitfit_hf.tuners.bitfit.selection import resolve
 from bitfit_hf.tuners.grad_mask import GradMask
+from bitfit_hf.tuners.quantized import check_modules_take_bias, check_selected_are_float, keep_biases_trainable
 from bitfit_hf.tuners.state import Selection, TunerState, get_tuner_state, set_tuner_state, unwrap
-from bitfit_hf.utils.fingerprint import base_fingerprint
+from bitfit_hf.utils.fingerprint import base_fingerprint, base_sketch
 from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_shape
 
@@ -36,7 +37,8 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
     """Prepare ``model`` for BitFit in place and return what was done.
 
     Adds the zero biases the config asks for, sets ``requires_grad`` on exactly the selected tensors
-    (and off everywhere else), and masks gradients outside the selected chunks of fused biases.
+    (and off everywhere else), and masks gradients outside the selected chunks of fused biases. On a
+    quantized base the trained biases are float32 (see :mod:`bitfit_hf.tuners.quantized`).
     Calling it again with another config re-selects from scratch (added biases stay).
     """
     config = config or BitFitConfig()
@@ -44,14 +46,21 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
     if previous is not None:
         for handle in previous.mask_handles:
             handle.remove()
+    if not config.is_full_finetuning and config.preset != "frozen":
+        check_modules_take_bias(model)  # a quantizer whose layers cannot hold a trainable bias: refused by name
     selection = resolve(model, config)
+    check_selected_are_float(model, selection.parameter_names)  # e.g. a task head the quantizer packed
     fingerprint = previous.fingerprint if previous is not None else None
     if fingerprint is None:
         # Taken before anything is added or trained, over the tensors this adapter will not carry.
         fingerprint = base_fingerprint(model, exclude=set(selection.parameter_names), head_modules=selection.head_modules)
+        sketch = base_sketch(model, exclude=set(selection.parameter_names), head_modules=selection.head_modules)
+    else:
+        sketch = previous.base_sketch
     added = dict(previous.added_biases) if previous is not None else {}
     new = add_zero_biases(model, {m: k for m, k in selection.biases_to_add.items() if m not in added})
     added.update(new)
+    keep_biases_trainable(model, selection.bias_parameter_names)  # quantized bases: float32, outside kernels
     _initialize(model, config, selection, [f"{m}.bias" for m in new])
 
     trained = set(selection.parameter_names)
@@ -59,6 +68,7 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
         param.requires_grad_(name in trained)
 
     state = BitFitState(selection, added, fingerprint)
+    state.base_sketch = sketch  # recognises this base loaded another way (adapters/base_check.py)
     params = dict(model.named_parameters())
     for name, chunks in selection.chunk_masks().items():
         mask = _chunk_mask(params[name], chunks)

@@ -139,5 +139,6 @@ def apply_bitfit_lora(model: nn.Module, config: Optional[BitFitLoraConfig] = Non
         param.requires_grad_(name in trained)
     state = BitFitLoraState(selection, dict(bitfit.added_biases), bitfit.fingerprint, targets)
     state.mask_handles = bitfit.mask_handles  # registered on the bias tensors themselves: still valid
+    state.base_sketch = bitfit.base_sketch  # of the stock base, taken before LoRA wrapped its modules
     set_tuner_state(model, state)
     return state
