@@ -14,6 +14,7 @@ base checkpoint is read for the heat map only when it is a local folder or alrea
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import json
 import logging
@@ -29,6 +30,7 @@ from bitfit_hf.adapters.sparse import tensor_names
 from bitfit_hf.reporting.heatmap import BiasChange, classify
 from bitfit_hf.tuners import METHODS, method_spec
 from bitfit_hf.tuners.bitfit.summary import TrainableSummary
+from bitfit_hf.tuners.bitfit_lora import LORA
 from bitfit_hf.tuners.random_subset.model import RANDOM
 from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
 from bitfit_hf.utils.constants import (
@@ -243,6 +245,10 @@ def summary_from_adapter(adapter, total_params: Optional[int] = None) -> dict:
         per_role[RANDOM] = per_role.get(RANDOM, 0) + numel
         tensors[RANDOM] = tensors.get(RANDOM, 0) + 1
     heads = cfg.head_modules
+    for name in cfg.trained_parameters:  # LoRA matrices (BitFit + LoRA, LoRA alone): peft's names
+        if (".lora_A." in name or ".lora_B." in name) and name in adapter.tensors and not is_under(name, heads):
+            per_role[LORA] = per_role.get(LORA, 0) + adapter.tensors[name].numel()
+            tensors[LORA] = tensors.get(LORA, 0) + 1
     head = [n for n in cfg.trained_parameters if is_under(n, heads)]
     if head:
         per_role["head"] = sum(adapter.tensors[n].numel() for n in head if n in adapter.tensors)
@@ -592,9 +598,13 @@ def _method(cfg: AdapterConfig):
     if cfg.method == "bitfit" or cfg.sparse_parameters:
         return None
     try:
-        return method_spec(cfg.method)
+        spec = method_spec(cfg.method)
     except ValueError:
         return None
+    variant = spec.card_variant(cfg.tuner_config()) if spec.card_variant else None
+    if variant is not None:
+        spec = dataclasses.replace(spec, display_name=variant[0], description=variant[1])
+    return spec
 
 
 def _method_intro(cfg: AdapterConfig, spec, base_id: Optional[str], trained: int, total: int, size: Optional[int]) -> str:
@@ -602,7 +612,8 @@ def _method_intro(cfg: AdapterConfig, spec, base_id: Optional[str], trained: int
     task = _TASK_WORDS.get(cfg.task_type or "", "")
     head = f"`{cfg.architecture}`" + (f", {task}" if task else "")
     name = spec.display_name or cfg.method
-    text = f"An **{name}** adapter for {base} ({head}), made with [bitfit-hf](https://pypi.org/project/bitfit-hf/)"
+    article = "An" if name[:1].upper() in "AEIOU" else "A"
+    text = f"{article} **{name}** adapter for {base} ({head}), made with [bitfit-hf](https://pypi.org/project/bitfit-hf/)"
     text += f": {spec.description}." if spec.description else "."
     if spec.paper:
         text += f" Method: {spec.paper}."

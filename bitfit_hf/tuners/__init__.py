@@ -15,7 +15,7 @@ plus one :func:`register_method` line here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from torch import nn
 
@@ -46,6 +46,9 @@ class MethodSpec:
     display_name: str = ""  # how model cards name the method ("AdapterBias")
     paper: str = ""  # "Title (venue): url", for model cards
     citation: str = ""  # BibTeX, for model cards
+    # A variant of the method that a config describes, for model cards: the method's config ->
+    # (display_name, description), or None for the method as registered.
+    card_variant: Optional[Callable[[Any], Optional[Tuple[str, str]]]] = None
 
 
 METHODS: Dict[str, MethodSpec] = {}
@@ -99,6 +102,15 @@ register_method(MethodSpec(
     pages = "2608--2621",
 }""",
 ))
+
+
+def _lora_card_variant(config: BitFitLoraConfig) -> Optional[Tuple[str, str]]:
+    """The recipes' ``--method lora`` is BitFit + LoRA with no bias: its card must not claim biases."""
+    if list(config.bias_terms or []) == ["frozen"]:
+        return "LoRA", "peft LoRA matrices (default: query and value projections) + head, no bias term"
+    return None
+
+
 register_method(MethodSpec("bitfit_lora", BitFitLoraConfig, apply_bitfit_lora,
                            "bias terms + head, plus peft LoRA matrices (default: query and value projections)",
-                           display_name="BitFit + LoRA"))
+                           display_name="BitFit + LoRA", card_variant=_lora_card_variant))

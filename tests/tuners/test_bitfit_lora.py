@@ -241,3 +241,15 @@ def test_resume_from_a_checkpoint_continues_exactly(tmp_path):
         assert torch.equal(param, theirs[name]), name
     moved = [n for n, p in resumed.named_parameters() if ".lora_B." in n and p.abs().sum() > 0]
     assert moved  # LoRA trained (lora_B starts at zero), so the comparison above covers it
+
+
+def test_model_cards_name_lora_alone_and_bitfit_plus_lora_apart():
+    from bitfit_hf.reporting.model_card import build_model_card
+
+    both, _ = _perturbed_adapter(BitFitLoraConfig(), 1)
+    alone, _ = _perturbed_adapter(BitFitLoraConfig(bias_terms="frozen"), 2)
+    assert "**BitFit + LoRA**" in build_model_card(both, "me/both").content
+    card = build_model_card(alone, "me/alone").content
+    assert "A **LoRA**" in card and "BitFit + LoRA" not in card and "no bias term" in card
+    lora_numel = sum(t.numel() for n, t in alone.tensors.items() if ".lora_" in n)
+    assert lora_numel > 0 and f"trains **{lora_numel:,} parameters** outside the head" in card
