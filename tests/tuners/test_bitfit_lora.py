@@ -253,3 +253,13 @@ def test_model_cards_name_lora_alone_and_bitfit_plus_lora_apart():
     assert "A **LoRA**" in card and "BitFit + LoRA" not in card and "no bias term" in card
     lora_numel = sum(t.numel() for n, t in alone.tensors.items() if ".lora_" in n)
     assert lora_numel > 0 and f"trains **{lora_numel:,} parameters** outside the head" in card
+
+
+def test_lora_alone_without_head_trains_only_the_lora_matrices():
+    model = tiny_model("bert", num_labels=2)
+    state = apply_method(model, BitFitLoraConfig(bias_terms="frozen", train_head=False))
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trained and all(".lora_A." in n or ".lora_B." in n for n in trained)
+    assert {e.role for e in state.selection.entries} == {LORA}
+    with pytest.raises(ValueError, match="selects nothing"):  # plain BitFit still refuses an empty selection
+        BitFitConfig(bias_terms="frozen", train_head=False)

@@ -39,6 +39,9 @@ class BitFitConfig:
     """
 
     method: ClassVar[str] = "bitfit"
+    # True for a method that trains its own tensors beside the bias selection (BitFit + LoRA): there an
+    # empty selection (bias_terms='frozen' without the head) is not an error.
+    trains_more: ClassVar[bool] = False
 
     bias_terms: Union[str, List[str]] = "all"
     patterns: List[str] = field(default_factory=list)
@@ -60,7 +63,7 @@ class BitFitConfig:
                 re.compile(pattern)
             except (re.error, TypeError) as err:
                 raise SelectionError(f"Invalid regular expression in patterns: {pattern!r} ({err}).") from None
-        if self.bias_terms == ["frozen"] and not self.train_head and not self.patterns:
+        if self.bias_terms == ["frozen"] and not self.train_head and not self.patterns and not self.trains_more:
             raise SelectionError(
                 "bias_terms='frozen' with train_head=False selects nothing: 'frozen' trains the task head only. "
                 "Keep train_head=True, or select bias terms or patterns."

@@ -146,7 +146,7 @@ def resolve(model: nn.Module, config: Optional[BitFitConfig] = None) -> Selectio
         for name in plan.params:
             if is_under(name, plan.head_modules) and name not in plan.covered:
                 plan.take(name, HEAD)
-    if not plan.entries:
+    if not plan.entries and not plan.config.trains_more:
         cfg = plan.config
         raise plan.nothing_selected(
             f"bias_terms={cfg.bias_terms}, patterns={cfg.patterns}, train_head={cfg.train_head}",

@@ -28,6 +28,7 @@ class BitFitLoraConfig(BitFitConfig):
     method: ClassVar[str] = "bitfit_lora"
     role_descriptions: ClassVar[Dict[str, str]] = {LORA: "LoRA matrices (peft lora_A / lora_B)"}
     own_group_roles: ClassVar[Tuple[str, ...]] = (LORA,)  # the optimizer gives LoRA a group (and rate) of its own
+    trains_more: ClassVar[bool] = True  # LoRA matrices beside the bias selection: an empty one is fine
 
     lora_r: int = 8
     lora_alpha: float = 16
