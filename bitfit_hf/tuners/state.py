@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from torch import nn
 
 from bitfit_hf.tuners.roles import HEAD  # noqa: F401 - the head role, read from here by the methods
+from bitfit_hf.tuners.summary import TrainableSummary
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,7 @@ class TunerState:
         return self.selection.config
 
     @property
-    def summary(self):
-        from bitfit_hf.tuners.summary import TrainableSummary
-
+    def summary(self) -> TrainableSummary:
         return TrainableSummary.from_selection(self.selection)
 
 

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List
+from typing import Any, Dict, List
 
 from bitfit_hf.tuners.roles import ALL_ROLES, HEAD, role_rank
-
-if TYPE_CHECKING:  # the selection is only read here; state.py builds summaries from it
-    from bitfit_hf.tuners.state import Selection
 
 
 @dataclass
@@ -26,7 +23,9 @@ class TrainableSummary:
     descriptions: Dict[str, str] = field(default_factory=dict)  # roles a method adds (AdapterBias's ab_v, ...)
 
     @classmethod
-    def from_selection(cls, selection: Selection) -> "TrainableSummary":
+    def from_selection(cls, selection: Any) -> "TrainableSummary":
+        """From a ``tuners.state.Selection`` (read through its ``entries``, ``total_params`` and ``config``;
+        not imported, so that state.py can build summaries without an import loop)."""
         per_role: Dict[str, int] = {}
         tensors: Dict[str, int] = {}
         per_layer: Dict[str, Dict[str, int]] = {}
