@@ -24,6 +24,7 @@ from bitfit_hf.tuners.bitfit.layer import has_bias
 from bitfit_hf.tuners.bitfit.model import unwrap
 from bitfit_hf.tuners.bitfit.selection import detect_head_modules
 from bitfit_hf.utils.constants import CONFIG_NAME, WEIGHTS_NAME
+from bitfit_hf.utils.io import read_json_object
 
 PEFT_TYPE_BEFT = "BEFT"
 PEFT_PREFIX = "base_model.model."  # PEFT's key prefix for the wrapped model's modules
@@ -32,15 +33,8 @@ BEFT_SUFFIX = ".beft_bias"
 
 def peft_type_of(directory: str) -> str | None:
     """The ``peft_type`` of a PEFT adapter folder, ``None`` for anything else (a BitFit adapter, no folder)."""
-    path = os.path.join(directory, CONFIG_NAME)
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data.get("peft_type") if isinstance(data, dict) and "adapter_type" not in data else None
+    data = read_json_object(os.path.join(directory, CONFIG_NAME))
+    return data.get("peft_type") if data is not None and "adapter_type" not in data else None
 
 
 def read_peft_adapter(directory: str) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor]]:

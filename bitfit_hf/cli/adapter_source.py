@@ -7,6 +7,17 @@ import os
 from bitfit_hf.cli.errors import CliError
 
 
+def add_adapter_arguments(parser, out_dir_help: str | None = None, base_model: bool = False) -> None:
+    """The arguments every verb that reads an adapter shares: ``adapter`` (folder or Hub id),
+    ``--revision``; optionally ``out_dir`` and ``--base-model``."""
+    parser.add_argument("adapter", help="adapter folder, or Hub id")
+    if out_dir_help:
+        parser.add_argument("out_dir", help=out_dir_help)
+    parser.add_argument("--revision", help="branch, tag or commit of a Hub adapter")
+    if base_model:
+        parser.add_argument("--base-model", help="load this base instead of the one the adapter records")
+
+
 def check_local_or_hub_id(source: str) -> None:
     """Refuse a path that looks local but does not exist, before any Hub call is tried with it."""
     looks_local = os.path.isabs(source) or source.startswith((".", "~")) or source.count("/") > 1

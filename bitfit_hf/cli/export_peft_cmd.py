@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from bitfit_hf.cli.adapter_source import load_adapter_files
+from bitfit_hf.cli.adapter_source import add_adapter_arguments, load_adapter_files
 
 
 def register(verbs) -> None:
@@ -16,10 +16,7 @@ def register(verbs) -> None:
                     "modules. Parts PEFT cannot express (added biases, GPT-2's fused c_attn thirds, other methods) "
                     "are refused with an error naming them. Export into ADAPTER/peft to push the copy with the "
                     "adapter (the model card then shows how to load it with PEFT).")
-    parser.add_argument("adapter", help="adapter folder, or Hub id")
-    parser.add_argument("out_dir", help="where to write the PEFT adapter (replaced atomically)")
-    parser.add_argument("--revision", help="branch, tag or commit of a Hub adapter")
-    parser.add_argument("--base-model", help="load this base instead of the one the adapter records")
+    add_adapter_arguments(parser, "where to write the PEFT adapter (replaced atomically)", base_model=True)
     parser.set_defaults(run=run)
 
 

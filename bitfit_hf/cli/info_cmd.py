@@ -6,15 +6,14 @@ import argparse
 import os
 from typing import Dict, List, Tuple
 
-from bitfit_hf.cli.adapter_source import load_adapter_files
+from bitfit_hf.cli.adapter_source import add_adapter_arguments, load_adapter_files
 
 
 def register(verbs) -> None:
     parser = verbs.add_parser("info", help="describe an adapter (local folder or Hub id)",
                               description="Method, base model and revision, trained roles, parameter count and "
                                           "fraction, file size and the metrics recorded with an adapter.")
-    parser.add_argument("adapter", help="adapter folder, or Hub id ('namespace/name')")
-    parser.add_argument("--revision", help="branch, tag or commit of a Hub adapter")
+    add_adapter_arguments(parser)
     parser.set_defaults(run=run)
 
 

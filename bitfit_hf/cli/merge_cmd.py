@@ -5,17 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 
-from bitfit_hf.cli.adapter_source import load_adapter_files, load_tokenizer
+from bitfit_hf.cli.adapter_source import add_adapter_arguments, load_adapter_files, load_tokenizer
 
 
 def register(verbs) -> None:
     parser = verbs.add_parser("merge", help="write a plain transformers checkpoint with the adapter folded in",
                               description="Load the adapter's base, apply the adapter and save a checkpoint that "
                                           "AutoModelFor*.from_pretrained loads without bitfit-hf.")
-    parser.add_argument("adapter", help="adapter folder, or Hub id")
-    parser.add_argument("out_dir", help="where to write the merged checkpoint (replaced atomically)")
-    parser.add_argument("--revision", help="branch, tag or commit of a Hub adapter")
-    parser.add_argument("--base-model", help="load this base instead of the one the adapter records")
+    add_adapter_arguments(parser, "where to write the merged checkpoint (replaced atomically)", base_model=True)
     parser.set_defaults(run=run)
 
 
