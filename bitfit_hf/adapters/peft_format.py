@@ -9,7 +9,6 @@ BitFit expresses the same thing with absolute biases: ``b = b_stock + delta``.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any, Dict, Tuple
@@ -42,8 +41,9 @@ def read_peft_adapter(directory: str) -> Tuple[Dict[str, Any], Dict[str, torch.T
     from safetensors import SafetensorError
     from safetensors.torch import load
 
-    with open(os.path.join(directory, CONFIG_NAME), encoding="utf-8") as handle:
-        config = json.load(handle)
+    config = read_json_object(os.path.join(directory, CONFIG_NAME))
+    if config is None:
+        raise AdapterError(f"{directory!r} has no readable {CONFIG_NAME} (a JSON object): it is not a PEFT adapter.")
     weights = os.path.join(directory, WEIGHTS_NAME)
     if not os.path.isfile(weights):
         raise AdapterError(f"{directory!r} has no {WEIGHTS_NAME}: bitfit-hf reads PEFT adapters saved as safetensors "
