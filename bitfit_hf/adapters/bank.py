@@ -14,7 +14,8 @@ those run the stock forward, bit for bit.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Union
+from types import MappingProxyType
+from typing import Dict, List, Mapping, Optional, Union
 
 import torch
 from torch import nn
@@ -44,6 +45,16 @@ class AdapterBank:
     @property
     def names(self) -> List[str]:
         return list(self.adapters)
+
+    def task_tensors(self, name: str) -> Mapping[str, torch.Tensor]:
+        """The tensors ``activate(name)`` puts in place, under stock names (read-only view)."""
+        if name not in self._tensors:
+            raise KeyError(f"No adapter named {name!r}; loaded: {self.names}.")
+        return MappingProxyType(self._tensors[name])
+
+    def stock_tensor(self, name: str) -> Optional[torch.Tensor]:
+        """The base model's own value of a tensor some task replaces (``None`` if no task touches it)."""
+        return self._base.get(name)
 
     def add(self, name: str, adapter: Union[str, BitFitAdapter], check_base: bool = True, **hub_kwargs) -> None:
         """Register an adapter (object, local directory or Hub id) under ``name``."""

@@ -11,6 +11,7 @@ represented and is refused with an explanation.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 
@@ -84,7 +85,7 @@ def replace_dir(new: str, target: str) -> None:
     if not os.path.exists(target):
         os.replace(new, target)
         return
-    old = target.rstrip("/") + ".old-" + next(tempfile._get_candidate_names())
+    old = target.rstrip("/") + ".old-" + secrets.token_hex(4)
     os.replace(target, old)
     try:
         os.replace(new, target)

@@ -130,87 +130,94 @@ class MultiTaskModel(nn.Module):
     def _build_tables(self) -> None:
         """Per biased module: a ``[num_tasks, features]`` table of each task's absolute bias; per head module:
         each task's head tensors."""
-        model = self.model
-        modules = dict(model.named_modules())
-        params = dict(model.named_parameters())
+        modules = dict(self.model.named_modules())
+        params = dict(self.model.named_parameters())
+        heads = self._served_heads()
+        for task in self.tasks:
+            refusal = method_spec(self.bank.adapters[task].config.method).not_mergeable
+            if refusal:
+                raise AdapterError(
+                    f"Task {task!r} uses {self.bank.adapters[task].config.method}: {refusal}, so it is not a "
+                    "per-task bias delta that a mixed-task batch can route per example. Serve it with "
+                    "AdapterBank.activate(task) on batches of that task alone."
+                )
         additive = _additive_bias_types()
+        bias_names: List[str] = []
+        for task in self.tasks:
+            for name in self.bank.task_tensors(task):
+                if not is_under(name, heads) and name not in bias_names:
+                    self._check_routable(task, name, modules, additive)
+                    bias_names.append(name)
+        self.head_modules = heads
+        self.bias_names = bias_names
+        self._bias_modules = {name: modules[name.rpartition(".")[0]] for name in bias_names}
+        self._tables: Dict[str, torch.Tensor] = {name: self._bias_table(name, params) for name in bias_names}
+        self._head_tensors = {head: self._head_table(head, modules[head]) for head in heads}
+        self._head_modules = {h: modules[h] for h in heads}
+
+    def _served_heads(self) -> List[str]:
+        """The served tasks' head modules, outermost only (a head nested in another is routed with it)."""
         heads: List[str] = []
         for task in self.tasks:
             for head in self.bank.adapters[task].config.head_modules:
                 if head not in heads:
                     heads.append(head)
-        # head modules nested in another head module are routed with their parent
-        heads = [h for h in heads if not any(h != o and h.startswith(o + ".") for o in heads)]
-        self.head_modules = heads
+        return [h for h in heads if not is_under(h, [o for o in heads if o != h])]
 
-        def in_head(name: str) -> bool:
-            return is_under(name, heads)
+    def _check_routable(self, task: str, name: str, modules: Dict[str, nn.Module], additive) -> None:
+        """Refuse a task tensor that is not an output-additive module bias (the only thing routed per example)."""
+        config = self.bank.adapters[task].config
+        module_name, _, attr = name.rpartition(".")
+        module = modules.get(module_name)
+        if ".lora_" in name or type(module).__module__.startswith("peft."):
+            what = (f"carries LoRA matrices ({name!r})" if ".lora_" in name else
+                    f"trains the bias of {module_name!r}, which the bank has wrapped in a LoRA layer")
+            raise AdapterError(
+                f"Task {task!r} {what}: mixed-task batches route per-example bias deltas only. Serve "
+                "BitFit + LoRA tasks one at a time with AdapterBank.activate(), from a bank of their own."
+            )
+        if config.method != "bitfit" and config.sparse_parameters:
+            raise AdapterError(
+                f"Task {task!r} is a {config.method} adapter (it trains entries of weight matrices such as "
+                f"{name!r}): mixed-task batches route biases and heads only. Serve it with "
+                "AdapterBank.activate() (one task per batch) or load_adapter()."
+            )
+        if attr != "bias" or module is None:
+            raise AdapterError(
+                f"Task {task!r} trains {name!r}, which is not a module bias: mixed-task batches support "
+                "adapters that train biases (and heads) only."
+            )
+        if not (isinstance(module, additive) or hasattr(module, HOOK_ATTR)):
+            raise AdapterError(
+                f"Task {task!r} trains the bias of {module_name!r} ({type(module).__name__}), whose bias is "
+                "not known to be added to its output; mixed-task batches support nn.Linear, nn.LayerNorm, "
+                "Conv1D and biases added by bitfit-hf."
+            )
 
-        for task in self.tasks:
-            method = self.bank.adapters[task].config.method
-            refusal = method_spec(method).not_mergeable
-            if refusal:
-                raise AdapterError(
-                    f"Task {task!r} uses {method}: {refusal}, so it is not a per-task bias delta that a "
-                    "mixed-task batch can route per example. Serve it with AdapterBank.activate(task) on batches "
-                    "of that task alone."
-                )
-        bias_names: List[str] = []
-        for task in self.tasks:
-            for name in self.bank._tensors[task]:
-                if in_head(name) or name in bias_names:
-                    continue
-                module_name, _, attr = name.rpartition(".")
-                module = modules.get(module_name)
-                if ".lora_" in name or type(module).__module__.startswith("peft."):
-                    what = (f"carries LoRA matrices ({name!r})" if ".lora_" in name else
-                            f"trains the bias of {module_name!r}, which the bank has wrapped in a LoRA layer")
-                    raise AdapterError(
-                        f"Task {task!r} {what}: mixed-task batches route per-example bias deltas only. Serve "
-                        "BitFit + LoRA tasks one at a time with AdapterBank.activate(), from a bank of their own."
-                    )
-                method = self.bank.adapters[task].config.method
-                if method != "bitfit" and self.bank.adapters[task].config.sparse_parameters:
-                    raise AdapterError(
-                        f"Task {task!r} is a {method} adapter (it trains entries of weight matrices such as "
-                        f"{name!r}): mixed-task batches route biases and heads only. Serve it with "
-                        "AdapterBank.activate() (one task per batch) or load_adapter()."
-                    )
-                if attr != "bias" or module is None:
-                    raise AdapterError(
-                        f"Task {task!r} trains {name!r}, which is not a module bias: mixed-task batches support "
-                        "adapters that train biases (and heads) only."
-                    )
-                if not (isinstance(module, additive) or hasattr(module, HOOK_ATTR)):
-                    raise AdapterError(
-                        f"Task {task!r} trains the bias of {module_name!r} ({type(module).__name__}), whose bias is "
-                        "not known to be added to its output; mixed-task batches support nn.Linear, nn.LayerNorm, "
-                        "Conv1D and biases added by bitfit-hf."
-                    )
-                bias_names.append(name)
-        self.bias_names = bias_names
-        self._bias_modules = {name: modules[name.rpartition(".")[0]] for name in bias_names}
-        self._tables: Dict[str, torch.Tensor] = {}
-        for name in bias_names:
-            base = self.bank._base.get(name, params[name].data if name in params else None)
-            if base is None:
-                base = torch.zeros_like(next(t[name] for t in self.bank._tensors.values() if name in t))
-            rows = []
-            for task in self.tasks:
-                value = self.bank._tensors[task].get(name)
-                rows.append((base if value is None else value).reshape(-1))
-            rows.append(base.reshape(-1))  # the stock model's row (BASE_TASK)
-            self._tables[name] = torch.stack(rows)
-        self._head_tensors: Dict[str, List[Dict[str, torch.Tensor]]] = {}
-        for head in heads:
-            per_task = []
-            for task in self.tasks:
-                tensors = self.bank._tensors[task]
-                per_task.append({n[len(head) + 1:]: t for n, t in tensors.items() if n.startswith(head + ".")})
-            stock = {n: self.bank._base.get(f"{head}.{n}", p.data) for n, p in modules[head].named_parameters()}
-            per_task.append(stock)  # the stock model's own head (BASE_TASK)
-            self._head_tensors[head] = per_task
-        self._head_modules = {h: modules[h] for h in heads}
+    def _bias_table(self, name: str, params: Dict[str, nn.Parameter]) -> torch.Tensor:
+        """``[num_tasks + 1, features]``: each task's bias, then the stock model's (``BASE_TASK``)."""
+        base = self.bank.stock_tensor(name)
+        if base is None:
+            base = params[name].data if name in params else None
+        if base is None:
+            base = torch.zeros_like(next(t[name] for t in map(self.bank.task_tensors, self.tasks) if name in t))
+        rows = [self.bank.task_tensors(task).get(name, base).reshape(-1) for task in self.tasks]
+        rows.append(base.reshape(-1))
+        return torch.stack(rows)
+
+    def _head_table(self, head: str, module: nn.Module) -> List[Dict[str, torch.Tensor]]:
+        """Per task, then the stock model (``BASE_TASK``): the head's tensors by their names inside it."""
+        prefix = head + "."
+        per_task = [
+            {n[len(prefix):]: t for n, t in self.bank.task_tensors(task).items() if n.startswith(prefix)}
+            for task in self.tasks
+        ]
+        stock = {}
+        for n, p in module.named_parameters():
+            value = self.bank.stock_tensor(prefix + n)
+            stock[n] = p.data if value is None else value
+        per_task.append(stock)
+        return per_task
 
     # ---- routing -------------------------------------------------------------------------------
     def _current_bias(self, name: str) -> Optional[torch.Tensor]:

@@ -31,6 +31,7 @@ from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.adapters.export import replace_dir
 from bitfit_hf.tuners import METHODS
 from bitfit_hf.tuners.bitfit.selection import resolve
+from bitfit_hf.utils.names import is_under
 
 
 class PeftExportError(AdapterError):
@@ -79,10 +80,10 @@ def peft_plan(adapter: BitFitAdapter, model: nn.Module) -> PeftPlan:
             "bias vector. Keep the bitfit-hf format for this adapter."
         )
     modules = dict(model.named_modules())
-    heads = [h for h in cfg.head_modules if any(n == h or n.startswith(h + ".") for n in adapter.tensors)]
+    heads = [h for h in cfg.head_modules if any(is_under(n, [h]) for n in adapter.tensors)]
     plan = PeftPlan()
     for name in adapter.tensors:
-        if any(name.startswith(h + ".") for h in heads):
+        if is_under(name, heads):
             continue
         module_name, _, attr = name.rpartition(".")
         module = modules.get(module_name)

@@ -24,6 +24,7 @@ from bitfit_hf.tuners.bitfit.model import unwrap
 from bitfit_hf.tuners.bitfit.selection import detect_head_modules
 from bitfit_hf.utils.constants import CONFIG_NAME, WEIGHTS_NAME
 from bitfit_hf.utils.io import read_json_object
+from bitfit_hf.utils.names import is_under
 
 PEFT_TYPE_BEFT = "BEFT"
 PEFT_PREFIX = "base_model.model."  # PEFT's key prefix for the wrapped model's modules
@@ -90,10 +91,10 @@ def load_peft_beft(model: nn.Module, directory: str) -> nn.Module:
         else:
             raise AdapterError(f"The PEFT adapter holds {name!r}, which this {type(inner).__name__} does not have.")
     saved = list(config.get("modules_to_save") or [])
-    heads = [h for h in detect_head_modules(inner) if any(n.startswith(h + ".") for n in values) and h in saved]
+    heads = [h for h in detect_head_modules(inner) if any(is_under(n, [h]) for n in values) and h in saved]
 
     def in_head(name: str) -> bool:
-        return any(name.startswith(h + ".") for h in heads)
+        return is_under(name, heads)
 
     trained = [n for n, v in values.items()
                if not in_head(n) and (n.endswith(".bias") or not torch.equal(v.to(params[n]), params[n].detach()))]

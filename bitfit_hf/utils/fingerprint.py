@@ -26,30 +26,36 @@ def _normalized(name: str, prefix: str) -> str:
     return name[len(prefix) + 1 :] if prefix and name.startswith(prefix + ".") else name
 
 
+def _frozen(model: nn.Module, exclude: Set[str], heads: tuple):
+    """``(name without the base-model prefix, parameter)`` of the frozen base, sorted by that name."""
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    for name, param in sorted(model.named_parameters(), key=lambda item: _normalized(item[0], prefix)):
+        if name not in exclude and not is_under(name, heads):
+            yield _normalized(name, prefix), param
+
+
+def _spread(flat: torch.Tensor, count: int) -> torch.Tensor:
+    """``count`` entries spread evenly over ``flat`` (integer positions: float linspace rounds past the end)."""
+    count = min(count, flat.numel())
+    index = torch.arange(count, dtype=torch.int64) * (flat.numel() - 1) // max(count - 1, 1)
+    return flat[index.to(flat.device)].to("cpu", torch.float32)
+
+
 def _sample(tensor: torch.Tensor) -> bytes:
     flat = tensor.detach().reshape(-1)
     if flat.numel() == 0 or flat.is_meta:  # a meta model (sizes only) has no values to sample
         return b""
-    count = min(SAMPLES_PER_TENSOR, flat.numel())
-    # Integer positions spread evenly over the tensor (float linspace rounds past the end on big tensors).
-    index = torch.arange(count, dtype=torch.int64) * (flat.numel() - 1) // max(count - 1, 1)
-    values = flat[index.to(flat.device)].to("cpu", torch.float32).to(torch.bfloat16).to(torch.float32)
-    return values.numpy().tobytes()
+    return _spread(flat, SAMPLES_PER_TENSOR).to(torch.bfloat16).to(torch.float32).numpy().tobytes()
 
 
 def base_fingerprint(
     model: nn.Module, exclude: Optional[Set[str]] = None, head_modules: Iterable[str] = ()
 ) -> str:
     """Fingerprint of ``model``'s parameters other than ``exclude`` and the head modules."""
-    exclude = exclude or set()
-    heads = tuple(head_modules)
-    prefix = getattr(model, "base_model_prefix", "") or ""
     digest = hashlib.sha256(VERSION.encode())
-    for name, param in sorted(model.named_parameters(), key=lambda item: _normalized(item[0], prefix)):
-        if name in exclude or is_under(name, heads):
-            continue
+    for name, param in _frozen(model, exclude or set(), tuple(head_modules)):
         with gathered([param]):
-            digest.update(_normalized(name, prefix).encode())
+            digest.update(name.encode())
             digest.update(repr(tuple(param.shape)).encode())
             digest.update(_sample(param))
     return f"{VERSION}:{digest.hexdigest()[:32]}"
@@ -95,14 +101,6 @@ def logical_values(param) -> Optional[torch.Tensor]:
     return None
 
 
-def _frozen(model: nn.Module, exclude: Set[str], heads: tuple):
-    prefix = getattr(model, "base_model_prefix", "") or ""
-    for name, param in sorted(model.named_parameters(), key=lambda item: _normalized(item[0], prefix)):
-        if name in exclude or any(name == h or name.startswith(h + ".") for h in heads):
-            continue
-        yield _normalized(name, prefix), param
-
-
 def base_sketch(model: nn.Module, exclude: Optional[Set[str]] = None, head_modules: Iterable[str] = (),
                 names: Optional[Iterable[str]] = None) -> dict:
     """``{"version", "structure", "samples"}`` of the frozen base: a hash of names and logical shapes,
@@ -125,11 +123,8 @@ def base_sketch(model: nn.Module, exclude: Optional[Set[str]] = None, head_modul
             values = logical_values(param)
             if values is None or values.is_meta or values.numel() == 0:  # unreadable / sizes only
                 continue
-            flat = values.reshape(-1)
-            count = min(SKETCH_SAMPLES, flat.numel())
-            index = torch.arange(count, dtype=torch.int64) * (flat.numel() - 1) // max(count - 1, 1)
             # 4 significant digits: far finer than quantization error, and short in adapter_config.json.
-            samples[name] = [float(f"{v:.4g}") for v in flat[index.to(flat.device)].to("cpu", torch.float32).tolist()]
+            samples[name] = [float(f"{v:.4g}") for v in _spread(values.reshape(-1), SKETCH_SAMPLES).tolist()]
     return {"version": SKETCH_VERSION, "structure": digest.hexdigest()[:32], "samples": samples}
 
 

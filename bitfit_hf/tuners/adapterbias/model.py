@@ -26,13 +26,10 @@ from bitfit_hf.tuners.state import (
     set_tuner_state,
 )
 from bitfit_hf.utils.fingerprint import base_fingerprint
+from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_numel
 
 FFN_OUTPUT_ROLE = "b_m3"
-
-
-def _under(name: str, modules) -> bool:
-    return any(name == m or name.startswith(m + ".") for m in modules)
 
 
 def _model_type(model: nn.Module) -> str:
@@ -52,7 +49,7 @@ def ffn_output_projections(model: nn.Module, head_modules: List[str]) -> List[Tu
         )
     found = []
     for name, module in model.named_modules():
-        if _under(name, head_modules) or CHILD in name.split("."):
+        if is_under(name, head_modules) or CHILD in name.split("."):
             continue
         for rule in table[FFN_OUTPUT_ROLE]:
             layer = match_role(rule, name)
@@ -135,7 +132,7 @@ def resolve_adapterbias(model: nn.Module, config: AdapterBiasConfig, total_param
     table = ARCHITECTURE_ROLES[model_type]
     for role in config.norm_roles:
         for name, module in modules.items():
-            if _under(name, heads):
+            if is_under(name, heads):
                 continue
             for rule in table.get(role, []):
                 layer = match_role(rule, name)
@@ -148,7 +145,7 @@ def resolve_adapterbias(model: nn.Module, config: AdapterBiasConfig, total_param
     if config.train_head:
         covered = {e.name for e in entries}
         for name in params:
-            if _under(name, heads) and name not in covered:
+            if is_under(name, heads) and name not in covered:
                 take(name, HEAD)
     return Selection(config, model_type, entries, {}, heads, total_params)
 

@@ -14,6 +14,8 @@ from typing import Dict, Iterable, List
 import torch
 from torch import nn
 
+from bitfit_hf.utils.names import is_under
+
 ADAPTER_NAME = "default"  # peft's adapter name inside the wrapped modules (one LoRA per model)
 BASE_LAYER = "base_layer"
 
@@ -35,7 +37,7 @@ def matching_modules(model: nn.Module, target_modules, exclude: Iterable[str] = 
     probe = LoraConfig(target_modules=target_modules)
     skip = tuple(exclude)
     return [name for name, _ in model.named_modules()
-            if name and not any(name == h or name.startswith(h + ".") for h in skip)
+            if name and not is_under(name, skip)
             and bool(check_target_module_exists(probe, name))]
 
 

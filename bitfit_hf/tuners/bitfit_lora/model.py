@@ -37,6 +37,7 @@ from bitfit_hf.tuners.state import (
     set_tuner_state,
     unwrap,
 )
+from bitfit_hf.utils.names import is_under
 
 DEFAULT_LORA_ROLES = ("b_q", "b_v")  # LoRA on the query and value projections, as in the LoRA paper
 _LAYER = re.compile(r"\.(\d+)\.")
@@ -75,7 +76,7 @@ def default_target_modules(model: nn.Module, head_modules: List[str]) -> List[st
         table = ARCHITECTURE_ROLES[model_type]
         names = [
             name for name, _ in model.named_modules()
-            if not any(name == h or name.startswith(h + ".") for h in head_modules)
+            if not is_under(name, head_modules)
             and any(match_role(rule, name) is not None for role in DEFAULT_LORA_ROLES for rule in table.get(role, []))
         ]
         if names:

@@ -18,6 +18,7 @@ from typing import Dict, List, Tuple
 import torch
 from torch import nn
 
+from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_shape
 
 Draw = Dict[str, torch.Tensor]
@@ -38,7 +39,7 @@ def candidate_weights(model: nn.Module, head_modules: List[str]) -> List[Tuple[s
         shape = tuple(full_shape(param))
         if len(shape) < 2 or id(param) in embeddings:
             continue
-        if any(name == h or name.startswith(h + ".") for h in head_modules):
+        if is_under(name, head_modules):
             continue
         out.append((name, shape))
     return out

@@ -23,6 +23,7 @@ from bitfit_hf.tuners.random_subset.draw import candidate_weights, draw_rows_col
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, match_role, roles_for
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.fingerprint import base_fingerprint
+from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_numel, zero3_enabled
 
 RANDOM = "random"  # the role of a weight matrix trained in random entries
@@ -101,7 +102,7 @@ def apply_random_subset(model: nn.Module, config: Optional[RandomSubsetConfig] =
     ]
     if config.train_head:
         entries += [TrainedTensor(n, HEAD, "", full_numel(p)) for n, p in params.items()
-                    if any(n == h or n.startswith(h + ".") for h in head_modules)]
+                    if is_under(n, head_modules)]
     total = sum(full_numel(p) for p in params.values())
     layers = count_layers(model_type, (name for name, _ in model.named_modules()))  # for layer-wise rates
     selection = Selection(config, model_type, entries, {}, head_modules, total, layers)

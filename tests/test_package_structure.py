@@ -1,0 +1,137 @@
+"""The package's import contract, beyond the layers that ``lint-imports`` checks.
+
+Every ``import`` statement counts, including those inside functions (a cycle hidden in a function body is
+still a cycle), and no module reaches for another module's ``_private`` names.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+PACKAGE = Path(__file__).resolve().parent.parent / "bitfit_hf"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> Dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _absolute(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    """The absolute module a ``from ... import`` names (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(modules: Dict[str, Path]) -> List[Tuple[str, str, str, int]]:
+    """``(importer, imported module, imported name or "", line)`` for every bitfit_hf import."""
+    found = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found += [(module, a.name, "", node.lineno) for a in node.names if a.name.startswith("bitfit_hf")]
+            elif isinstance(node, ast.ImportFrom):
+                target = _absolute(module, node, path.name == "__init__.py")
+                if target.startswith("bitfit_hf"):
+                    found += [(module, target, a.name, node.lineno) for a in node.names]
+    return found
+
+
+def _edges(modules: Dict[str, Path]) -> Dict[str, Set[str]]:
+    graph: Dict[str, Set[str]] = {m: set() for m in modules}
+    for importer, target, name, _ in _imports(modules):
+        submodule = f"{target}.{name}" if name else ""
+        resolved = submodule if submodule in modules else target
+        if resolved in modules and resolved != importer:
+            graph[importer].add(resolved)
+    return graph
+
+
+def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[List[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_walk_sees_the_whole_package():
+    modules = _modules()
+    assert {"bitfit_hf", "bitfit_hf.tuners.bitfit.model", "bitfit_hf.adapters.bank", "bitfit_hf.cli.main"} <= set(modules)
+    graph = _edges(modules)
+    assert "bitfit_hf.adapters.bank" in graph["bitfit_hf.adapters.multitask"]
+    assert "bitfit_hf.utils.names" in graph["bitfit_hf.utils.fingerprint"]
+
+
+def test_the_cycle_finder_finds_a_loop():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_the_package():
+    assert _cycles(_edges(_modules())) == []
+
+
+def test_no_private_name_is_imported_from_another_module():
+    offenders = [
+        f"{importer}:{line} imports {target}.{name}"
+        for importer, target, name, line in _imports(_modules())
+        if name.startswith("_") and not name.startswith("__") and target != importer
+    ]
+    assert offenders == []
+
+
+def test_no_private_attribute_of_another_package_module_is_read():
+    """``module._name`` or ``imported_object._name`` where the left side came from another bitfit_hf module."""
+    modules = _modules()
+    offenders = []
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        imported: Set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("bitfit_hf")}
+            elif isinstance(node, ast.ImportFrom) and _absolute(module, node, path.name == "__init__.py").startswith("bitfit_hf"):
+                imported |= {a.asname or a.name for a in node.names}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name) and node.value.id in imported):
+                offenders.append(f"{module}:{node.lineno} reads {node.value.id}.{node.attr}")
+    assert offenders == []
