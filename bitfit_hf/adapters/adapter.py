@@ -265,7 +265,7 @@ class BitFitAdapter:
         the stock model lacks (the selection check after preparing names a missing one)."""
         params = dict(model.named_parameters())
         added = {f"{m}.bias" for m in self.config.added_biases}
-        inserts_modules = self.config.method != "bitfit"
+        inserts_modules = _method_spec_of(self.config).inserts_modules
         try:
             dense, sparse = sparse_format.split(self.tensors, self.config.sparse_parameters)
         except KeyError as err:
@@ -303,13 +303,18 @@ class BitFitAdapter:
         write_json_atomic(os.path.join(save_directory, SUMMARY_NAME), summary)
 
 
+def _method_spec_of(config: AdapterConfig):
+    """The registered method of an adapter; an adapter of an unknown method is an :class:`AdapterError`."""
+    try:
+        return method_spec(config.method)
+    except ValueError as err:
+        raise AdapterError(str(err)) from None
+
+
 def prepare_base_for(model: nn.Module, config: AdapterConfig) -> None:
     """Insert into a stock ``model`` the modules that hold the tensors of an adapter of ``config``'s
     method (nothing for BitFit), so the tensors have somewhere to load."""
-    try:
-        spec = method_spec(config.method)
-    except ValueError as err:
-        raise AdapterError(str(err)) from None
+    spec = _method_spec_of(config)
     if spec.prepare_base is not None:
         try:
             spec.prepare_base(model, config.tuner_config())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 from typing import Optional, Union
 
 import transformers
@@ -9,7 +12,10 @@ from torch import nn
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.data.assets import AssetError, packaged_copy
 from bitfit_hf.utils.base_loading import loading_kwargs, remember_base_loading
+
+logger = logging.getLogger(__name__)
 
 
 class AutoBitFitModel:
@@ -73,9 +79,51 @@ class AutoBitFitModel:
                 kwargs.setdefault("revision", cfg.base_model_revision)
             for key, value in loading_kwargs(cfg.base_loading).items():  # the GGUF file, the quantizer
                 kwargs.setdefault(key, value)
-        model = model_cls.from_pretrained(source, **kwargs)
+        if base_model is None:
+            source = _packaged_copy_or(source, kwargs)
+        try:
+            with _quiet_about_the_head(bool(cfg.head_modules)):
+                model = model_cls.from_pretrained(source, **kwargs)
+        except OSError as err:  # not found locally, not on the Hub, or the Hub out of reach
+            raise AdapterError(
+                f"Cannot load the adapter's base model {source!r}: {str(err).strip().splitlines()[0]} Pass a local "
+                "copy of it as base_model= (`--base-model DIR` on the command line), or put it in the Hugging "
+                "Face cache."
+            ) from None
         remember_base_loading(model, kwargs.get("gguf_file"))
         return model
+
+
+@contextlib.contextmanager
+def _quiet_about_the_head(quiet: bool):
+    """transformers reports the base's task head as newly initialised (or resized); the adapter brings
+    its own head, so that report would only mislead. Other errors still raise."""
+    if not quiet:
+        yield
+        return
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def _packaged_copy_or(source: str, kwargs: dict) -> str:
+    """The packaged offline copy of a Hub base that has one (the default model's wheel: same files,
+    checked by the fingerprint), else ``source``."""
+    if os.path.isdir(source):
+        return source
+    try:
+        local = packaged_copy(source, kwargs.get("revision"))
+    except AssetError as err:
+        logger.info("No packaged copy of %s here (%s); loading it from the Hub.", source, err)
+        return source
+    if local is None:
+        return source
+    logger.info("Loading the base %s from its packaged copy at %s.", source, local)
+    kwargs.pop("revision", None)
+    return local
 
 
 def _check_label_kwargs(cfg, kwargs) -> None:

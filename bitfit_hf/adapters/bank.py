@@ -25,7 +25,15 @@ from bitfit_hf.adapters.adapter import BitFitAdapter, prepare_base_for
 from bitfit_hf.adapters.config import AdapterError, BaseModelMismatchError
 from bitfit_hf.tuners.bitfit.layer import add_zero_bias, has_bias
 from bitfit_hf.tuners.bitfit.model import unwrap
-from bitfit_hf.tuners.bitfit_lora.layer import ADAPTER_NAME, inject_lora, is_lora_parameter, lora_layers, stock_name
+from bitfit_hf.tuners.bitfit_lora.layer import (
+    ADAPTER_NAME,
+    inject_lora,
+    is_lora_parameter,
+    is_lora_tensor,
+    lora_layers,
+    lora_module_of,
+    stock_name,
+)
 from bitfit_hf.utils.fingerprint import base_fingerprint
 
 
@@ -186,8 +194,8 @@ class AdapterBank:
 
 
 def _lora_modules(adapter: BitFitAdapter) -> List[str]:
-    """Modules an adapter's LoRA matrices belong to (``q`` for ``q.lora_A.default.weight``)."""
-    return list(dict.fromkeys(n.split(".lora_", 1)[0] for n in adapter.tensors if ".lora_" in n))
+    """Modules an adapter's LoRA matrices belong to, in order."""
+    return list(dict.fromkeys(lora_module_of(n) for n in adapter.tensors if is_lora_tensor(n)))
 
 
 def _set_lora_enabled(layer: nn.Module, enabled: bool) -> None:

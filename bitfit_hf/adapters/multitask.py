@@ -43,6 +43,7 @@ from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bitfit.layer import HOOK_ATTR
+from bitfit_hf.tuners.bitfit_lora.layer import is_lora_tensor
 from bitfit_hf.utils.names import is_under
 
 __all__ = ["BASE_TASK", "MultiTaskModel", "MultiTaskOutput"]
@@ -169,8 +170,8 @@ class MultiTaskModel(nn.Module):
         config = self.bank.adapters[task].config
         module_name, _, attr = name.rpartition(".")
         module = modules.get(module_name)
-        if ".lora_" in name or type(module).__module__.startswith("peft."):
-            what = (f"carries LoRA matrices ({name!r})" if ".lora_" in name else
+        if is_lora_tensor(name) or type(module).__module__.startswith("peft."):
+            what = (f"carries LoRA matrices ({name!r})" if is_lora_tensor(name) else
                     f"trains the bias of {module_name!r}, which the bank has wrapped in a LoRA layer")
             raise AdapterError(
                 f"Task {task!r} {what}: mixed-task batches route per-example bias deltas only. Serve "

@@ -42,10 +42,19 @@ def load_adapter_files(source: str, revision: str | None = None):
 
 
 def load_tokenizer(folder: str, config, base_model=None):
-    """The tokenizer saved beside the adapter, else the base model's; ``None`` when neither has one."""
+    """The tokenizer saved beside the adapter, else the base model's (its packaged copy when there is
+    one, see :func:`~bitfit_hf.data.assets.packaged_copy`); ``None`` when neither has one."""
     from transformers import AutoTokenizer
 
-    for source in (folder, base_model or config.base_model_name_or_path):
+    from bitfit_hf.data.assets import AssetError, packaged_copy
+
+    base = base_model or config.base_model_name_or_path
+    if base and not base_model:
+        try:
+            base = packaged_copy(base, config.base_model_revision) or base
+        except AssetError:
+            pass
+    for source in (folder, base):
         if not source:
             continue
         try:

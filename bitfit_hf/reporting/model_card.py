@@ -31,6 +31,7 @@ from bitfit_hf.reporting.heatmap import BiasChange, classify
 from bitfit_hf.tuners import METHODS, method_spec
 from bitfit_hf.tuners.bitfit.summary import TrainableSummary
 from bitfit_hf.tuners.bitfit_lora import LORA
+from bitfit_hf.tuners.bitfit_lora.layer import is_lora_tensor
 from bitfit_hf.tuners.random_subset.model import RANDOM
 from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
 from bitfit_hf.utils.constants import (
@@ -246,7 +247,7 @@ def summary_from_adapter(adapter, total_params: Optional[int] = None) -> dict:
         tensors[RANDOM] = tensors.get(RANDOM, 0) + 1
     heads = cfg.head_modules
     for name in cfg.trained_parameters:  # LoRA matrices (BitFit + LoRA, LoRA alone): peft's names
-        if (".lora_A." in name or ".lora_B." in name) and name in adapter.tensors and not is_under(name, heads):
+        if is_lora_tensor(name) and name in adapter.tensors and not is_under(name, heads):
             per_role[LORA] = per_role.get(LORA, 0) + adapter.tensors[name].numel()
             tensors[LORA] = tensors.get(LORA, 0) + 1
     head = [n for n in cfg.trained_parameters if is_under(n, heads)]

@@ -40,6 +40,9 @@ class MethodSpec:
     # Inserts the modules an adapter's tensors live in (idempotent), before those tensors are loaded
     # into a stock model (AdapterBank, load_adapter); None: the method adds no modules.
     prepare_base: Optional[Callable[[nn.Module, Any], Any]] = None
+    # The method's tensors live in modules a stock model lacks until the method prepares it (AdapterBias's
+    # shifts, LoRA's branches): an adapter's names missing from a stock model are expected, not damage.
+    inserts_modules: bool = False
     # Why the trained model cannot become a plain checkpoint (export_merged) nor be routed per example
     # as bias deltas (MultiTaskModel); "" for methods that train only additive biases and heads.
     not_mergeable: str = ""
@@ -87,6 +90,7 @@ register_method(MethodSpec(
     "a token-dependent shift L_alpha(h)*v on each FFN output projection, the FFN and embeddings LayerNorms "
     "(gain and bias) and the task head",
     prepare_base=insert_shifts,
+    inserts_modules=True,
     display_name="AdapterBias",
     not_mergeable=("AdapterBias adds a token-dependent shift L_alpha(h)*v to each FFN output (its size depends on "
                    "each token's hidden state), which no bias or weight of the stock architecture can hold"),
@@ -113,4 +117,4 @@ def _lora_card_variant(config: BitFitLoraConfig) -> Optional[Tuple[str, str]]:
 
 register_method(MethodSpec("bitfit_lora", BitFitLoraConfig, apply_bitfit_lora,
                            "bias terms + head, plus peft LoRA matrices (default: query and value projections)",
-                           display_name="BitFit + LoRA", card_variant=_lora_card_variant))
+                           inserts_modules=True, display_name="BitFit + LoRA", card_variant=_lora_card_variant))

