@@ -22,12 +22,40 @@ from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bitfit.layer import HOOK
 from bitfit_hf.tuners.bitfit.model import get_bitfit_state, unwrap
+from bitfit_hf.utils.constants import CONFIG_NAME
+from bitfit_hf.utils.errors import UserError
 
 _FLAG_FOR = {"self_attn.": "attention_bias", "mlp.": "mlp_bias"}
 
 
+class ExportTargetError(UserError, FileExistsError):
+    """An export would replace a folder that is not an earlier export of the same kind."""
+
+
+def is_merged_checkpoint(folder: str) -> bool:
+    """A plain transformers checkpoint (``config.json``), not an adapter folder."""
+    return os.path.isfile(os.path.join(folder, "config.json")) and not os.path.exists(os.path.join(folder, CONFIG_NAME))
+
+
+def check_export_target(target: str, earlier_export, what: str) -> None:
+    """An export replaces its target folder as a whole: refuse, before any work, a target that holds
+    something else than an earlier export of the same kind (``earlier_export(folder)``), so a mistyped
+    output folder (the adapter's own, a parent, a home directory) never loses files."""
+    if not os.path.lexists(target):
+        return
+    if not os.path.isdir(target) or os.path.islink(target):
+        raise ExportTargetError(f"{target!r} exists and is not a folder: pick a new folder for the {what}.")
+    if os.listdir(target) and not earlier_export(target):
+        raise ExportTargetError(
+            f"{target!r} already holds files that are not a {what}; the export replaces its folder as a whole, "
+            f"so it would delete them. Pick a new (or empty) folder, or remove that one first."
+        )
+
+
 def export_merged(model: nn.Module, save_directory: str, tokenizer=None) -> str:
-    """Save ``model`` (with its adapter applied) as a stock checkpoint; returns the directory."""
+    """Save ``model`` (with its adapter applied) as a stock checkpoint; returns the directory. An existing
+    ``save_directory`` is replaced only if it is empty or an earlier merged checkpoint."""
+    check_export_target(save_directory, is_merged_checkpoint, "merged checkpoint")
     model = unwrap(model)
     state = get_bitfit_state(model)
     refusal = method_spec(state.config.method).not_mergeable if state is not None else ""

@@ -28,9 +28,11 @@ from torch import nn
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.auto import AutoBitFitModel
 from bitfit_hf.adapters.config import AdapterError
-from bitfit_hf.adapters.export import replace_dir
+from bitfit_hf.adapters.export import check_export_target, replace_dir
 from bitfit_hf.tuners import METHODS
 from bitfit_hf.tuners.bitfit.selection import resolve
+from bitfit_hf.utils.constants import CONFIG_NAME
+from bitfit_hf.utils.io import read_json_object
 from bitfit_hf.utils.names import is_under
 
 
@@ -110,6 +112,11 @@ def peft_plan(adapter: BitFitAdapter, model: nn.Module) -> PeftPlan:
     return plan
 
 
+def is_peft_adapter(folder: str) -> bool:
+    """A PEFT adapter folder (its ``adapter_config.json`` names a ``peft_type``)."""
+    return "peft_type" in (read_json_object(os.path.join(folder, CONFIG_NAME)) or {})
+
+
 def export_peft(
     adapter: Union[str, BitFitAdapter],
     save_directory: str,
@@ -126,6 +133,7 @@ def export_peft(
     """
     import peft
 
+    check_export_target(save_directory, is_peft_adapter, "PEFT adapter")
     if isinstance(adapter, str):
         adapter = BitFitAdapter.from_pretrained(adapter)
     cfg = adapter.config

@@ -16,7 +16,7 @@ def register(verbs) -> None:
                     "modules. Parts PEFT cannot express (added biases, GPT-2's fused c_attn thirds, other methods) "
                     "are refused with an error naming them. Export into ADAPTER/peft to push the copy with the "
                     "adapter (the model card then shows how to load it with PEFT).")
-    add_adapter_arguments(parser, "where to write the PEFT adapter (replaced atomically)", base_model=True)
+    add_adapter_arguments(parser, "where to write the PEFT adapter: a new or empty folder, or an earlier PEFT export (replaced atomically)", base_model=True)
     parser.set_defaults(run=run)
 
 

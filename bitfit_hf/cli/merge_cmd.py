@@ -12,7 +12,7 @@ def register(verbs) -> None:
     parser = verbs.add_parser("merge", help="write a plain transformers checkpoint with the adapter folded in",
                               description="Load the adapter's base, apply the adapter and save a checkpoint that "
                                           "AutoModelFor*.from_pretrained loads without bitfit-hf.")
-    add_adapter_arguments(parser, "where to write the merged checkpoint (replaced atomically)", base_model=True)
+    add_adapter_arguments(parser, "where to write the merged checkpoint: a new or empty folder, or an earlier merged checkpoint (replaced atomically)", base_model=True)
     parser.set_defaults(run=run)
 
 

@@ -199,3 +199,30 @@ def test_a_base_that_cannot_be_loaded_is_one_error_line(minilm_dir, tmp_path, mo
     assert "error: Cannot load the adapter's base model 'nobody/no-such-model'" in err and "--base-model" in err
     assert "Traceback" not in err
     assert main(["merge", str(out), str(tmp_path / "merged"), "--base-model", minilm_dir]) == 0
+
+
+def _snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_exports_never_replace_a_folder_that_is_not_an_earlier_export(minilm_dir, tmp_path, capsys):
+    """merge / export-peft replace their output folder as a whole: the adapter's own folder, a parent
+    of it or any folder of other files is refused before any work, and nothing in it is lost."""
+    out = tmp_path / "runs" / "adapter"
+    trained_minilm_adapter(minilm_dir, out)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("keep me")
+    before = _snapshot(tmp_path)
+    for verb in ("merge", "export-peft"):
+        for target in (out, out.parent, notes):
+            assert main([verb, str(out), str(target)]) == 2
+            err = capsys.readouterr().err
+            assert "already holds files that are not a" in err and "Traceback" not in err
+    assert _snapshot(tmp_path) == before
+    for verb, target in (("merge", tmp_path / "merged"), ("export-peft", tmp_path / "peft")):
+        assert main([verb, str(out), str(target)]) == 0
+        assert main([verb, str(out), str(target)]) == 0  # an earlier export of the same kind is replaced
+    assert main(["merge", str(out), str(tmp_path / "peft")]) == 2  # ...not one of the other kind
+    assert main(["export-peft", str(out), str(tmp_path / "merged")]) == 2
+    assert (tmp_path / "merged" / "config.json").is_file() and (tmp_path / "peft" / "adapter_config.json").is_file()
