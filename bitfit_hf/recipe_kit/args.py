@@ -24,6 +24,7 @@ An explicit flag (or a key of a ``.json`` / ``.yaml`` arguments file) always win
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -293,9 +294,20 @@ class BitFitArguments:
             bias_terms = {"bitfit": flat or "all", "full": "full", "frozen": "frozen"}[self.method]
             return BitFitConfig(bias_terms=bias_terms, **common)
         except ValueError as err:
-            raise RecipeError(
-                f"--bias_terms / --bias_patterns / --match_bias_terms / --added_bias_init / --lora_*: {err}"
-            ) from None
+            raise RecipeError(f"{self._flags_behind(str(err))}: {err}") from None
+
+    def _flags_behind(self, message: str) -> str:
+        """The flags a method-config error is about: those whose field the message names, else those
+        given with a non-default value, else every selection flag."""
+        fields = [f for f in self.__dataclass_fields__ if f not in ("method", "train_head")]
+        named = [f for f in fields if f in message]
+        named = [f for f in named if not any(f != g and f in g for g in named)]  # bias_terms in match_bias_terms
+        if not named:
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            named = [f for f in fields if getattr(self, f) not in (defaults.get(f), None, [])]
+        if not named:
+            named = ["bias_terms", "bias_patterns", "match_bias_terms"]
+        return " / ".join(f"--{f}" for f in named)
 
 
     def _adapterbias_config(self, flat: List[str]) -> AdapterBiasConfig:
@@ -470,6 +482,41 @@ def parse_recipe_args(
         parsed = parser.parse_args_into_dataclasses(args=_to_argv(applied) + argv, look_for_args_file=False)
     model_args, data_args, bitfit_args, training_args = parsed
     return ParsedArgs(model_args, data_args, bitfit_args, training_args, applied, offline_data)
+
+
+def check_training_args(training_args) -> None:
+    """What transformers would only fail on deep inside a run (a zero batch size in the data loader, an
+    output folder that cannot be made when the Trainer starts): a clear error before anything loads."""
+    for flag in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+        value = getattr(training_args, flag, 1)
+        if value is not None and value < 1:
+            raise RecipeError(f"--{flag} {value}: must be at least 1.")
+    if training_args.learning_rate < 0:
+        raise RecipeError(f"--learning_rate {training_args.learning_rate}: must not be negative.")
+    folder = os.path.abspath(os.path.expanduser(training_args.output_dir))
+    existing = folder
+    while not os.path.exists(existing):  # nothing is created here: the nearest existing ancestor decides
+        existing = os.path.dirname(existing)
+    where = "it" if existing == folder else f"its parent {existing!r}"
+    problem = ("is not a folder" if not os.path.isdir(existing) else
+               "is not writable by this user" if not os.access(existing, os.W_OK | os.X_OK) else "")
+    # Permissions do not tell everything (read-only mounts, /proc, root): one process per node tries,
+    # and leaves no trace (the folders it made are removed again, if still empty).
+    if not problem and existing != folder and os.environ.get("LOCAL_RANK", "0") == "0":
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as err:
+            problem = f"cannot hold it ({err.strerror or err})"
+        else:
+            while folder != existing:
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    break
+                folder = os.path.dirname(folder)
+    if problem:
+        raise RecipeError(f"--output_dir {training_args.output_dir!r}: {where} {problem}. Pick a folder you can "
+                          "write to.")
 
 
 def _task_label(argv, file_values, applied, defaults: RecipeDefaults) -> str:

@@ -85,3 +85,29 @@ def test_push_to_hub_with_the_hub_out_of_reach(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "Cannot reach the Hub" in errors[0], proc.stderr[-3000:]
     assert SECRET not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("flag,value,expected", [
+    ("--per_device_train_batch_size", "0", "--per_device_train_batch_size 0: must be at least 1."),
+    ("--gradient_accumulation_steps", "0", "--gradient_accumulation_steps 0: must be at least 1."),
+    ("--learning_rate", "-1", "--learning_rate -1.0: must not be negative."),
+])
+def test_a_number_that_would_only_fail_inside_training(capsys, tmp_path, flag, value, expected):
+    line = run_recipe(capsys, tmp_path, "glue", flag, value, *SMALL)
+    assert line.endswith(f"error: {expected}")
+
+
+def test_an_output_dir_that_cannot_be_made_and_nothing_is_left(capsys, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    line = run_recipe(capsys, tmp_path, "glue", *SMALL, "--output_dir", str(tmp_path / "a-file" / "run"))
+    assert f"--output_dir '{tmp_path / 'a-file' / 'run'}': its parent '{tmp_path / 'a-file'}' is not a folder" in line
+    line = run_recipe(capsys, tmp_path, "glue", *SMALL, "--output_dir", str(tmp_path / "new" / "run"),
+                      "--bias_terms", "b_zz")  # a later error: the checked output folder was not left behind
+    assert "b_zz" in line and not (tmp_path / "new").exists()
+
+
+def test_a_method_config_error_names_the_flag_behind_it(capsys, tmp_path):
+    line = run_recipe(capsys, tmp_path, "glue", "--layerwise_lr_decay", "1.5", *SMALL)
+    assert "error: --layerwise_lr_decay: layerwise_lr_decay must be in (0, 1]" in line and "--bias_patterns" not in line
+    line = run_recipe(capsys, tmp_path, "glue", "--method", "rand_uniform", "--match_bias_terms", "b_zz", *SMALL)
+    assert "error: --match_bias_terms: Unknown bias term(s) ['b_zz']" in line
