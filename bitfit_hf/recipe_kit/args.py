@@ -519,6 +519,19 @@ def check_training_args(training_args) -> None:
                           "write to.")
 
 
+#: Data lengths every recipe that has them needs positive (0 would silently mean "the model's limit",
+#: a negative one fails deep inside the tokenizer).
+POSITIVE_DATA_FIELDS = ("max_seq_length", "block_size", "doc_stride", "max_answer_length")
+
+
+def check_data_args(data_args) -> None:
+    """Lengths that must be positive, before anything loads."""
+    for name in POSITIVE_DATA_FIELDS:
+        value = getattr(data_args, name, None)
+        if value is not None and value < 1:
+            raise RecipeError(f"--{name} must be positive (got {value}).")
+
+
 def _task_label(argv, file_values, applied, defaults: RecipeDefaults) -> str:
     """A short name for the default output directory: the task, the dataset or the training file."""
     def value_of(key):

@@ -22,7 +22,14 @@ import os
 import sys
 from typing import Any, Callable, Dict, Optional
 
-from bitfit_hf.recipe_kit.args import DEFAULT_MODEL_ID, ParsedArgs, RecipeDefaults, check_training_args, parse_recipe_args
+from bitfit_hf.recipe_kit.args import (
+    DEFAULT_MODEL_ID,
+    ParsedArgs,
+    RecipeDefaults,
+    check_data_args,
+    check_training_args,
+    parse_recipe_args,
+)
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.training.checkpoints import last_complete_checkpoint
 from bitfit_hf.utils.constants import RUN_ARGS_NAME, SUMMARY_NAME
@@ -126,6 +133,7 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
 
     parsed = parse_recipe_args(data_class, defaults, argv)
     check_training_args(parsed.training)
+    check_data_args(parsed.data)
     check_base_loading(parsed.model)  # --load_in_4bit on a CPU fails here, before any loading
     setup_logging(parsed.training)
     use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread

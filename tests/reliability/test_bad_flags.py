@@ -111,3 +111,10 @@ def test_a_method_config_error_names_the_flag_behind_it(capsys, tmp_path):
     assert "error: --layerwise_lr_decay: layerwise_lr_decay must be in (0, 1]" in line and "--bias_patterns" not in line
     line = run_recipe(capsys, tmp_path, "glue", "--method", "rand_uniform", "--match_bias_terms", "b_zz", *SMALL)
     assert "error: --match_bias_terms: Unknown bias term(s) ['b_zz']" in line
+
+
+@pytest.mark.parametrize("recipe,flag", [("glue", "--max_seq_length"), ("pos", "--max_seq_length"), ("clm", "--block_size")])
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_a_length_that_is_not_positive(capsys, tmp_path, recipe, flag, value):
+    line = run_recipe(capsys, tmp_path, recipe, flag, value, *SMALL)
+    assert line.endswith(f"error: {flag} must be positive (got {value}).")
