@@ -40,7 +40,8 @@ def describe(adapter, folder: str) -> List[Tuple[str, str]]:
     rows = [
         ("adapter", folder),
         ("method", method_text(adapter)),
-        ("base model", cfg.base_model_name_or_path + (f" @ {cfg.base_model_revision}" if cfg.base_model_revision else "")),
+        ("base model", cfg.base_model_name_or_path + (f" @ {cfg.base_model_revision}" if cfg.base_model_revision
+                                                      else " (no revision recorded: the default branch)")),
         ("architecture", f"{cfg.architecture} ({cfg.model_type})" + (f", task {cfg.task_type}" if cfg.task_type else "")),
     ]
     if labels:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -47,13 +48,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     install_log_redaction()  # no token-shaped text in any log line
     try:
-        return int(args.run(args) or 0)
+        status = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers below, not at interpreter exit
+        return status
     except UserError as err:
         print(f"{PROG} {args.verb}: error: {redact_text(str(err))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print(f"{PROG} {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `bitfit-hf info X | head`: the reader left; not an error to report
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+#: What a shell reports for a process ended by SIGPIPE (128 + 13).
+EXIT_BROKEN_PIPE = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (tests)
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

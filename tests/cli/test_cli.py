@@ -71,7 +71,7 @@ def test_info_prints_method_base_roles_count_size_metrics(minilm_dir, tmp_path, 
     rows = dict(line.split(None, 1) if not line.startswith(("base model", "file size", "trained roles")) else
                 (line[:14].strip(), line[14:]) for line in text.strip().splitlines())
     assert rows["method"].startswith("bitfit (all")
-    assert rows["base model"] == minilm_dir
+    assert rows["base model"] == f"{minilm_dir} (no revision recorded: the default branch)"
     assert rows["trained roles"].startswith("b_q b_k b_v b_m1 b_LN1 b_m2 b_m3 b_LN2") and rows["trained roles"].endswith("+ head")
     assert rows["parameters"].startswith("26,882 trained (0.118")  # 26,112 biases + 770 classifier values
     assert "KB (adapter_model.safetensors, float32)" in rows["file size"]
@@ -226,3 +226,12 @@ def test_exports_never_replace_a_folder_that_is_not_an_earlier_export(minilm_dir
     assert main(["merge", str(out), str(tmp_path / "peft")]) == 2  # ...not one of the other kind
     assert main(["export-peft", str(out), str(tmp_path / "merged")]) == 2
     assert (tmp_path / "merged" / "config.json").is_file() and (tmp_path / "peft" / "adapter_config.json").is_file()
+
+
+def test_a_reader_that_leaves_early_is_not_a_traceback():
+    """``bitfit-hf env | head -1``: the pipe closes before the output is written; exit 141 as for SIGPIPE."""
+    proc = subprocess.Popen([entry_point(), "env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in err and "BrokenPipeError" not in err
