@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import transformers as T
 import yaml
-from hub_test_support import hf_home, hub_server, hub_server_factory, run, snippet  # noqa: F401 - fixtures
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub"))  # the test Hub, for the one `hub` test
+from hub_test_support import hf_home, hub_server, hub_server_factory, run, snippet  # noqa: E402, F401 - fixtures
 
 from bitfit_hf import BitFitAdapter, BitFitConfig, apply_bitfit
 from bitfit_hf.reporting.heatmap import BiasChange, bias_change, classify, read_checkpoint_biases, snapshot_biases
