@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     option("seeds", nargs="+", type=int, default=None, help="only these seeds")
     option("max_cells", type=int, default=None,
            help="run at most this many pending cells, then write the report (the next invocation goes on)")
+    option("jobs", type=int, default=1,
+           help="run this many cells at a time (several small runs share one GPU; on a CPU each gets an equal "
+           "share of the cores)")
     option("recipe_args", default="", help="extra flags for every recipe run, one quoted string (e.g. \"--bf16 True\")")
     option("dry_run", action="store_true", help="list the cells (status, estimate, command) and stop")
     option("report_only", action="store_true", help="rebuild the report from the finished cells; run nothing")
@@ -110,7 +113,7 @@ def run(args: argparse.Namespace, argv: Optional[Sequence[str]] = None) -> int:
     if args.report_only:
         states = study.states()
     else:
-        states = study.run(progress=not args.no_progress, max_cells=args.max_cells)
+        states = study.run(progress=not args.no_progress, max_cells=args.max_cells, jobs=args.jobs)
     command = " ".join(shlex.quote(a) for a in (argv if argv is not None else ["python", "-m", "bitfit_hf.study",
                                                                                   *sys.argv[1:]]))
     results = write_report(study.output_dir, states, study.budget, study.settings, command=command)

@@ -1,4 +1,4 @@
-"""Run the study's cells, one recipe subprocess at a time, resumably.
+"""Run the study's cells as recipe subprocesses (one at a time, or --jobs at once), resumably.
 
 Each cell is ``python recipes/<recipe>.py <flags> --output_dir <study>/runs/<cell id>``: the recipes'
 own code path, in a fresh process (so one cell's memory peak is its own, read with ``wait4``). When it
@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence
@@ -201,8 +202,11 @@ class Study:
         script = os.path.join(recipes_dir, f"{cell.spec.recipe}.py")
         return [self.python, script, *cell.recipe_args(self.settings), "--output_dir", self.run_dir(cell_id)]
 
-    def run(self, progress: bool = True, echo=print, max_cells: Optional[int] = None) -> List[CellState]:
-        """Run the pending cells in plan order (at most ``max_cells`` of them); returns the states."""
+    def run(self, progress: bool = True, echo=print, max_cells: Optional[int] = None, jobs: int = 1) -> List[CellState]:
+        """Run the pending cells in plan order (at most ``max_cells`` of them), ``jobs`` at a time (one GPU
+        holds several small runs; on a CPU each run gets an equal share of the cores); returns the states."""
+        if jobs < 1:
+            raise StudyError(f"--jobs {jobs}: must be at least 1.")
         with _exclusive(self.output_dir):
             states = self.states()
             pending = [s for s in states if s.status == "pending"]
@@ -217,31 +221,71 @@ class Study:
             if not pending:
                 return states
             recipes_dir = find_recipes_dir(self._recipes_dir)
+            threads = _threads_per_job(jobs)
             bar = _progress_bar(pending, progress)
+
+            def finished(index: int, state: CellState) -> None:
+                state.status = state.record["status"]
+                line = _cell_line(index, len(pending), state)
+                if bar is not None:
+                    bar.update(state.cell.estimated_seconds())
+                    bar.write(line)
+                else:
+                    echo(line)
+
             try:
-                for index, state in enumerate(pending, start=1):
-                    if bar is not None:
-                        bar.set_postfix_str(f"cell {index}/{len(pending)} {state.cell_id}", refresh=True)
-                    state.record = self._run_cell(state.cell, state.cell_id, recipes_dir)
-                    state.status = state.record["status"]
-                    line = _cell_line(index, len(pending), state)
-                    if bar is not None:
-                        bar.update(state.cell.estimated_seconds())
-                        bar.write(line)
-                    else:
-                        echo(line)
+                if jobs == 1:
+                    for index, state in enumerate(pending, start=1):
+                        if bar is not None:
+                            bar.set_postfix_str(f"cell {index}/{len(pending)} {state.cell_id}", refresh=True)
+                        state.record = self._run_cell(state.cell, state.cell_id, recipes_dir)
+                        finished(index, state)
+                else:
+                    self._run_parallel(pending, recipes_dir, jobs, threads, finished, bar)
             finally:
                 if bar is not None:
                     bar.close()
             return states
 
-    def _run_cell(self, cell: Cell, cell_id: str, recipes_dir: str) -> Dict[str, Any]:
+    def _run_parallel(self, pending: List[CellState], recipes_dir: str, jobs: int, threads: Optional[int],
+                      finished, bar) -> None:
+        """``jobs`` cells at a time, in plan order; each finished cell is reported as it ends. On Ctrl-C the
+        running children are stopped (their cells stay pending) and the interrupt goes on."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        stop = threading.Event()
+        queue = list(pending)
+        done_count = 0
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            running = {}
+            try:
+                while queue or running:
+                    while queue and len(running) < jobs:
+                        state = queue.pop(0)
+                        future = pool.submit(self._run_cell, state.cell, state.cell_id, recipes_dir, threads, stop)
+                        running[future] = state
+                    if bar is not None:
+                        bar.set_postfix_str(", ".join(s.cell_id for s in running.values()), refresh=True)
+                    ready, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in ready:
+                        state = running.pop(future)
+                        state.record = future.result()
+                        done_count += 1
+                        finished(done_count, state)
+            except BaseException:
+                stop.set()  # the workers kill their children and record nothing
+                raise
+
+    def _run_cell(self, cell: Cell, cell_id: str, recipes_dir: str, threads: Optional[int] = None,
+                  stop: Optional[threading.Event] = None) -> Dict[str, Any]:
         run_dir = self.run_dir(cell_id)
         shutil.rmtree(run_dir, ignore_errors=True)  # a half-finished run of a killed study
         os.makedirs(os.path.dirname(run_dir), exist_ok=True)
         log_path = run_dir + ".log"
         command = self.command(cell, cell_id, recipes_dir)
         env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+        if threads is not None:
+            env["OMP_NUM_THREADS"] = str(threads)
         started = time.time()
         with open(log_path, "w", encoding="utf-8") as log:
             log.write("$ " + " ".join(command) + "\n")
@@ -250,7 +294,9 @@ class Study:
                 command, stdout=log, stderr=subprocess.STDOUT, env=env,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
-            returncode, usage = _wait(process)
+            returncode, usage = _wait(process, stop)
+        if stop is not None and stop.is_set():
+            raise KeyboardInterrupt  # the study was interrupted: this cell is not recorded
         wall = time.time() - started
         peak_rss_mb = cpu_s = None
         if usage is not None:
@@ -287,10 +333,18 @@ class Study:
         return record
 
 
-def _wait(process: subprocess.Popen):
-    """Wait for ``process``; returns (exit code, its resource usage or None). On Ctrl-C the child is
-    stopped and the interrupt goes on (the cell is not recorded)."""
+def _wait(process: subprocess.Popen, stop: Optional[threading.Event] = None):
+    """Wait for ``process``; returns (exit code, its resource usage or None). On Ctrl-C (or ``stop`` set
+    by the thread that got it) the child is stopped and the interrupt goes on (the cell is not recorded)."""
     try:
+        if stop is not None and hasattr(os, "wait4"):  # a worker thread: poll, so an interrupt reaches the child
+            while True:
+                pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+                if pid:
+                    process.returncode = os.waitstatus_to_exitcode(status)
+                    return process.returncode, usage
+                if stop.wait(0.5):
+                    process.kill()
         if hasattr(os, "wait4"):
             _, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
@@ -301,6 +355,18 @@ def _wait(process: subprocess.Popen):
             process.kill()
             process.wait()
         raise
+
+
+def _threads_per_job(jobs: int) -> Optional[int]:
+    """CPU threads for each of ``jobs`` concurrent runs (an equal share of this process's cores); ``None``
+    for one job, or when the user set ``OMP_NUM_THREADS`` (theirs is kept)."""
+    if jobs == 1 or os.environ.get("OMP_NUM_THREADS"):
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // jobs)
 
 
 def _progress_bar(pending: List[CellState], enabled: bool):

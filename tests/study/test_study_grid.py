@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from bitfit_hf.study import runner
 from bitfit_hf.study.grid import BUDGETS, METHOD_ROWS, TASKS, StudySettings, epochs_for, plan
-from bitfit_hf.study.runner import NOT_AVAILABLE, Study, available_methods
+from bitfit_hf.study.runner import NOT_AVAILABLE, Study, StudyError, available_methods
 
 
 def test_every_row_names_a_method_and_the_main_methods_exist_in_this_build():
@@ -161,3 +164,89 @@ def test_runner_records_results_and_failures_of_each_cell(tmp_path):
     retry = Study(str(tmp_path / "study"), BUDGETS["smoke"], StudySettings(), tasks=["sentiment"],
                   methods=["bitfit", "full"], seeds=[1, 2], recipes_dir=str(recipes), retry_failed=True)
     assert sum(s.status == "pending" for s in retry.states()) == 3
+
+
+RENDEZVOUS_RECIPE = '''
+import glob, json, os, sys, time
+args = sys.argv[1:]
+out = args[args.index("--output_dir") + 1]
+meeting = os.path.join(os.path.dirname(os.path.dirname(out)), "meeting")
+os.makedirs(meeting, exist_ok=True)
+open(os.path.join(meeting, os.path.basename(out)), "w").close()
+deadline = time.time() + 60
+while len(glob.glob(os.path.join(meeting, "*"))) < 2:  # waits for a second cell running at the same time
+    if time.time() > deadline:
+        print("glue.py: error: no other cell ran beside this one", file=sys.stderr)
+        sys.exit(3)
+    time.sleep(0.05)
+os.makedirs(out, exist_ok=True)
+seed = int(args[args.index("--seed") + 1])
+json.dump({"eval_accuracy": 0.5 + seed / 100, "train_runtime": 1.0}, open(os.path.join(out, "all_results.json"), "w"))
+json.dump({"log_history": []}, open(os.path.join(out, "trainer_state.json"), "w"))
+json.dump({"omp": os.environ.get("OMP_NUM_THREADS")}, open(os.path.join(out, "threads.json"), "w"))
+'''
+
+
+def test_jobs_run_cells_side_by_side_with_a_share_of_the_cores(tmp_path, monkeypatch):
+    """--jobs 2: each stand-in cell waits until a second one has started (one at a time it would fail)."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "glue.py").write_text(RENDEZVOUS_RECIPE)
+    study = Study(str(tmp_path / "study"), BUDGETS["smoke"], StudySettings(), tasks=["sentiment"], methods=["bitfit"],
+                  seeds=[1, 2], recipes_dir=str(recipes))
+    lines = []
+    states = study.run(progress=False, echo=lines.append, jobs=2)
+    assert [s.status for s in states] == ["done"] * 3, [s.record.get("error") for s in states]
+    assert sorted(line.split("]")[0] for line in lines[1:]) == ["[1/3", "[2/3", "[3/3"]
+    assert all(s.record["peak_rss_mb"] > 0 for s in states)  # each child's own usage, as one at a time
+    cores = len(os.sched_getaffinity(0))
+    for state in states:
+        threads = json.loads((tmp_path / "study" / "runs" / state.cell_id / "threads.json").read_text())
+        assert threads["omp"] == str(max(1, cores // 2))
+    with pytest.raises(StudyError, match="--jobs 0: must be at least 1"):
+        study.run(progress=False, echo=lines.append, jobs=0)
+
+
+SLEEPING_RECIPE = '''
+import os, sys, time
+args = sys.argv[1:]
+out = args[args.index("--output_dir") + 1]
+pids = os.path.join(os.path.dirname(os.path.dirname(out)), "pids")
+os.makedirs(pids, exist_ok=True)
+open(os.path.join(pids, str(os.getpid())), "w").close()
+time.sleep(120)
+'''
+
+
+def test_ctrl_c_with_jobs_stops_every_running_cell_and_records_none(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "glue.py").write_text(SLEEPING_RECIPE)
+    out = tmp_path / "study"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bitfit_hf.study", "--budget", "smoke", "--tasks", "sentiment", "--methods", "bitfit",
+         "--recipes_dir", str(recipes), "--output_dir", str(out), "--no-progress", "--jobs", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while len(list((out / "pids").glob("*")) if (out / "pids").is_dir() else []) < 2:
+        assert time.time() < deadline and proc.poll() is None, "two cells did not start side by side"
+        time.sleep(0.1)
+    children = [int(p.name) for p in (out / "pids").iterdir()]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted: finished cells are kept" in err and "Traceback" not in err
+    time.sleep(0.5)
+    for pid in children:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        with open(f"/proc/{pid}/stat") as handle:  # only a zombie may be left
+            assert handle.read().split()[2] == "Z", f"cell process {pid} still runs"
+    assert not list((out / "cells").glob("*.json")) if (out / "cells").exists() else True
