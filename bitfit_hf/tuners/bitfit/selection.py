@@ -243,8 +243,8 @@ def _select_unnamed_vectors(plan: _Plan) -> None:
         known = plan.model_type in ARCHITECTURE_ROLES
         raise plan.nothing_selected(
             f"bias_terms={plan.config.preset!r}",
-            "This model has no bias terms: set add_missing_biases=True to add zero-initialised ones"
-            + (" to every role's module." if known else " (needs a known architecture)."),
+            "This model has no bias terms: set add_missing_biases=True (--add_missing_biases in the recipes) to "
+            "add zero-initialised ones" + (" to every role's module." if known else " (needs a known architecture)."),
         )
 
 
