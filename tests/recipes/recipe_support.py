@@ -10,8 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "recipes"
+
+
+@pytest.fixture(autouse=True)
+def few_threads():
+    """In-process recipe runs use two threads (imported by a test module, it applies to all its tests)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
 
 
 def load_recipe(name: str):

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from recipe_support import load_recipe, read_json
+from recipe_support import few_threads, load_recipe, read_json  # noqa: F401 - few_threads: an autouse fixture
 
 from bitfit_hf import AutoBitFitModel, BitFitAdapter
 from bitfit_hf.data.assets import SMOLLM2_GGUF, smollm2_path
@@ -17,14 +17,6 @@ pytestmark = pytest.mark.slow
 
 TINY = ["--max_steps", "2", "--save_strategy", "no", "--disable_tqdm", "True", "--per_device_train_batch_size", "4",
         "--per_device_eval_batch_size", "4"]
-
-
-@pytest.fixture(autouse=True)
-def few_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
 
 
 def _check_adapter(out, task_type: str) -> BitFitAdapter:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
-from recipe_support import accelerate_launch, load_recipe, read_json
+from recipe_support import accelerate_launch, few_threads, load_recipe, read_json  # noqa: F401 - few_threads: an autouse fixture
 
 from bitfit_hf.recipe_kit import DEFAULT_MODEL_ID
 
@@ -15,14 +14,6 @@ pytestmark = pytest.mark.slow
 
 TINY = ["--max_train_samples", "32", "--max_eval_samples", "32", "--max_steps", "2",
         "--per_device_train_batch_size", "16", "--save_strategy", "no", "--disable_tqdm", "True"]
-
-
-@pytest.fixture(autouse=True)
-def few_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_default_data_bitfit_with_predictions(tmp_path):
