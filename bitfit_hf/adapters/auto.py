@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
 from typing import Optional, Union
 
 import transformers
@@ -12,10 +10,8 @@ from torch import nn
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.config import AdapterError
-from bitfit_hf.data.assets import AssetError, packaged_copy
+from bitfit_hf.data.assets import packaged_copy_or
 from bitfit_hf.utils.base_loading import loading_kwargs, remember_base_loading
-
-logger = logging.getLogger(__name__)
 
 
 class AutoBitFitModel:
@@ -80,7 +76,10 @@ class AutoBitFitModel:
             for key, value in loading_kwargs(cfg.base_loading).items():  # the GGUF file, the quantizer
                 kwargs.setdefault(key, value)
         if base_model is None:
-            source = _packaged_copy_or(source, kwargs)
+            local = packaged_copy_or(source, kwargs.get("revision"))
+            if local != source:  # the packaged copy is the main revision; it has no other
+                kwargs.pop("revision", None)
+                source = local
         try:
             with _quiet_about_the_head(bool(cfg.head_modules)):
                 model = model_cls.from_pretrained(source, **kwargs)
@@ -107,23 +106,6 @@ def _quiet_about_the_head(quiet: bool):
         yield
     finally:
         transformers.logging.set_verbosity(verbosity)
-
-
-def _packaged_copy_or(source: str, kwargs: dict) -> str:
-    """The packaged offline copy of a Hub base that has one (the default model's wheel: same files,
-    checked by the fingerprint), else ``source``."""
-    if os.path.isdir(source):
-        return source
-    try:
-        local = packaged_copy(source, kwargs.get("revision"))
-    except AssetError as err:
-        logger.info("No packaged copy of %s here (%s); loading it from the Hub.", source, err)
-        return source
-    if local is None:
-        return source
-    logger.info("Loading the base %s from its packaged copy at %s.", source, local)
-    kwargs.pop("revision", None)
-    return local
 
 
 def _check_label_kwargs(cfg, kwargs) -> None:

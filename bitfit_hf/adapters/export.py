@@ -16,6 +16,7 @@ import shutil
 import tempfile
 
 import torch
+import transformers
 from torch import nn
 
 from bitfit_hf.adapters.config import AdapterError
@@ -34,7 +35,8 @@ class ExportTargetError(UserError, FileExistsError):
 
 def is_merged_checkpoint(folder: str) -> bool:
     """A plain transformers checkpoint (``config.json``), not an adapter folder."""
-    return os.path.isfile(os.path.join(folder, "config.json")) and not os.path.exists(os.path.join(folder, CONFIG_NAME))
+    return (os.path.isfile(os.path.join(folder, transformers.utils.CONFIG_NAME))
+            and not os.path.exists(os.path.join(folder, CONFIG_NAME)))
 
 
 def check_export_target(target: str, earlier_export, what: str) -> None:

@@ -135,10 +135,11 @@ class MultiTaskModel(nn.Module):
         params = dict(self.model.named_parameters())
         heads = self._served_heads()
         for task in self.tasks:
-            refusal = method_spec(self.bank.adapters[task].config.method).not_mergeable
+            method = self.bank.adapters[task].config.method
+            refusal = method_spec(method).not_mergeable
             if refusal:
                 raise AdapterError(
-                    f"Task {task!r} uses {self.bank.adapters[task].config.method}: {refusal}, so it is not a "
+                    f"Task {task!r} uses {method}: {refusal}, so it is not a "
                     "per-task bias delta that a mixed-task batch can route per example. Serve it with "
                     "AdapterBank.activate(task) on batches of that task alone."
                 )

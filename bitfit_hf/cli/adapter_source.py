@@ -43,20 +43,19 @@ def load_adapter_files(source: str, revision: str | None = None):
 
 def load_tokenizer(folder: str, config, base_model=None):
     """The tokenizer saved beside the adapter, else the base model's (its packaged copy when there is
-    one, see :func:`~bitfit_hf.data.assets.packaged_copy`); ``None`` when neither has one."""
+    one, see :func:`~bitfit_hf.data.assets.packaged_copy_or`); ``None`` when neither has one."""
     from transformers import AutoTokenizer
 
-    from bitfit_hf.data.assets import AssetError, packaged_copy
+    from bitfit_hf.data.assets import packaged_copy_or
 
-    base = base_model or config.base_model_name_or_path
-    if base and not base_model:
-        try:
-            base = packaged_copy(base, config.base_model_revision) or base
-        except AssetError:
-            pass
-    for source in (folder, base):
-        if not source:
-            continue
+    def sources():  # the base is resolved only when the adapter's folder has no tokenizer
+        yield folder
+        if base_model:
+            yield base_model
+        elif config.base_model_name_or_path:
+            yield packaged_copy_or(config.base_model_name_or_path, config.base_model_revision)
+
+    for source in sources():
         try:
             return AutoTokenizer.from_pretrained(source)
         except (OSError, ValueError):

@@ -462,8 +462,9 @@ def model_path(name: str, fetch: bool | None = None) -> str:
 
 def packaged_copy(model_id: str, revision: str | None = None, fetch: bool | None = None) -> str | None:
     """The folder of the packaged copy of the Hub model ``model_id`` (its main revision), or of a recorded
-    asset folder that is not on this machine, or ``None`` when no model asset is a copy of it. Found, or fetched, as :func:`model_path` does; an adapter
-    recording the default model's Hub id thus loads its base with no Hub access.
+    asset folder that is not on this machine, or ``None`` when no model asset is a copy of it. Found, or
+    fetched, as :func:`model_path` does; an adapter recording the default model's Hub id thus loads its
+    base with no Hub access.
 
     Raises:
         AssetError: an asset ships that model but is not here and could not be fetched.
@@ -474,6 +475,21 @@ def packaged_copy(model_id: str, revision: str | None = None, fetch: bool | None
         if (spec.hub_id and spec.hub_id == model_id) or _names_asset_folder(model_id, spec):
             return model_path(name, fetch=fetch)
     return None
+
+
+def packaged_copy_or(source: str, revision: str | None = None) -> str:
+    """Where to load the base ``source`` from: its packaged copy (:func:`packaged_copy`) when it names one
+    that is here or can be fetched, else ``source`` itself (an existing folder is always used as it is)."""
+    if os.path.isdir(source):
+        return source
+    try:
+        local = packaged_copy(source, revision)
+    except AssetError as err:
+        logger.info("No packaged copy of %s here (%s); loading it from the Hub.", source, err)
+        return source
+    if local is not None:
+        logger.info("Loading the base %s from its packaged copy at %s.", source, local)
+    return local or source
 
 
 def _names_asset_folder(path: str, spec: ModelAssetSpec) -> bool:

@@ -235,3 +235,19 @@ def test_a_reader_that_leaves_early_is_not_a_traceback():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_the_base_is_not_looked_for_when_the_adapter_has_its_tokenizer(minilm_dir, tmp_path, monkeypatch):
+    """Resolving the base may fetch a model: only when the adapter's folder has no tokenizer."""
+    from bitfit_hf.adapters.adapter import BitFitAdapter
+    from bitfit_hf.cli.adapter_source import load_tokenizer
+    from bitfit_hf.data import assets
+
+    out = tmp_path / "adapter"
+    trained_minilm_adapter(minilm_dir, out)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the base was resolved although the adapter has a tokenizer")
+
+    monkeypatch.setattr(assets, "packaged_copy_or", refuse)
+    assert load_tokenizer(str(out), BitFitAdapter.from_directory(str(out)).config) is not None

