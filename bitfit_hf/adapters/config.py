@@ -80,6 +80,10 @@ class AdapterConfig:
     method_config: Dict[str, Any] = field(default_factory=dict)  # the method's own fields (not BitFit's)
     base_loading: Dict[str, Any] = field(default_factory=dict)  # GGUF file / quantizer config; {}: full precision
     base_sketch: Dict[str, Any] = field(default_factory=dict)  # names, shapes, sampled weights (any loading)
+    # The sentence-transformers pooling the head classifies from ("mean", "cls", ...; the base's pooler
+    # removed), as :func:`bitfit_hf.utils.sentence_pooling.install_sentence_pooling` builds it; None: the
+    # architecture's own path.
+    sentence_pooling: Optional[str] = None
     sparse_parameters: List[str] = field(default_factory=list)
     adapter_type: str = ADAPTER_TYPE
     format_version: int = FORMAT_VERSION
@@ -169,7 +173,8 @@ _FIELD_TYPES = {
     "added_biases": dict, "method": str, "method_config": dict, "dtype": str, "metadata": dict,
 }
 _OPTIONAL_TYPES = {"base_model_revision": str, "task_type": str, "num_labels": int, "id2label": dict,
-                   "label2id": dict, "problem_type": str, "tensors_sha256": str}
+                   "label2id": dict, "problem_type": str, "tensors_sha256": str,
+                   "sentence_pooling": str}
 
 
 def _check_field_types(config: "AdapterConfig", source: str) -> None:

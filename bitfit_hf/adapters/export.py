@@ -25,6 +25,7 @@ from bitfit_hf.tuners.bitfit.layer import HOOK
 from bitfit_hf.tuners.bitfit.model import get_bitfit_state, unwrap
 from bitfit_hf.utils.constants import CONFIG_NAME
 from bitfit_hf.utils.errors import UserError
+from bitfit_hf.utils.sentence_pooling import sentence_pooling_of
 
 _FLAG_FOR = {"self_attn.": "attention_bias", "mlp.": "mlp_bias"}
 
@@ -64,6 +65,14 @@ def export_merged(model: nn.Module, save_directory: str, tokenizer=None) -> str:
     if refusal:
         raise AdapterError(f"Cannot export a plain {type(model).__name__} checkpoint: {refusal}. Keep the adapter "
                            "format (load_adapter / AutoBitFitModel) for this model.")
+    pooled = sentence_pooling_of(model)
+    if pooled:
+        raise AdapterError(
+            f"Cannot export a plain {type(model).__name__} checkpoint: this adapter classifies from the "
+            f"sentence-transformers checkpoint's {pooled} pooling, and the stock class classifies from its pooler. "
+            "Keep the adapter format (AutoBitFitModel / bitfit-hf predict), or train with --pooling_head "
+            "train_pooler for an adapter that merges."
+        )
     added = state.added_biases if state is not None else {}
     hooked = [m for m, kind in added.items() if kind == HOOK]
     if hooked:

@@ -58,6 +58,12 @@ def _method_refusal(method: str) -> str:
             "(whole bias vectors) only.")
 
 
+def _pooling_refusal(cfg) -> str:
+    return (f"this adapter classifies from the sentence-transformers checkpoint's {cfg.sentence_pooling} pooling "
+            f"(its untrained pooler removed); a PEFT adapter on the stock {cfg.architecture} classifies from the "
+            "pooler. Train with --pooling_head train_pooler for an adapter that exports")
+
+
 def peft_plan(adapter: BitFitAdapter, model: nn.Module) -> PeftPlan:
     """The PEFT layout of ``adapter`` on ``model`` (a stock base: real or on the meta device); a
     :class:`PeftExportError` naming the first part PEFT cannot express."""
@@ -139,6 +145,8 @@ def export_peft(
     cfg = adapter.config
     if cfg.method != "bitfit":  # before any model is loaded
         raise PeftExportError(f"Cannot export to PEFT: {_method_refusal(cfg.method)}")
+    if cfg.sentence_pooling:
+        raise PeftExportError(f"Cannot export to PEFT: {_pooling_refusal(cfg)}")
     if not hasattr(peft, "BeftConfig"):
         raise PeftExportError(f"peft {peft.__version__} has no BEFT tuner: install peft >= 0.20 to export.")
     model = base_model if isinstance(base_model, nn.Module) else AutoBitFitModel.build_base(adapter, base_model, **model_kwargs)
@@ -183,6 +191,8 @@ def peft_export_blocker(adapter: BitFitAdapter, model: Optional[nn.Module] = Non
     config is not at hand, the answer is a reason too (nothing is claimed unchecked)."""
     if adapter.config.method != "bitfit":
         return _method_refusal(adapter.config.method)
+    if adapter.config.sentence_pooling:
+        return _pooling_refusal(adapter.config)
     try:
         import peft
 

@@ -115,6 +115,14 @@ class ModelArguments:
         metadata={"help": "QBitFit: load the base in 4-bit NF4 with bitsandbytes (bf16 compute) and train float32 "
                   "biases on it. Needs a CUDA GPU and bitsandbytes."},
     )
+    pooling_head: str = field(
+        default="checkpoint",
+        metadata={"help": "A sentence-transformers base (modules.json with a Pooling module, like the default "
+                  "all-MiniLM-L6-v2) never trained its pooler. checkpoint: classify from the checkpoint's own pooling "
+                  "(mean / CLS / max, as its 1_Pooling config says), the pooler removed; train_pooler: keep the "
+                  "model's pooler and train it with the head (a larger adapter). Other bases are unaffected.",
+                  "choices": ["checkpoint", "train_pooler"]},
+    )
     load_in_8bit: bool = field(
         default=False, metadata={"help": "QBitFit: load the base in 8-bit with bitsandbytes. Needs a CUDA GPU and bitsandbytes."}
     )
@@ -155,6 +163,11 @@ class DataArguments:
             "score of a generalisation-gap measurement.",
             "choices": ["test", "train", "validation"],
         },
+    )
+    dev_split_from_train: Optional[int] = field(
+        default=None,
+        metadata={"help": "Evaluate on the last N training examples (a dev split carved from the training data, for "
+                  "choosing learning rates) instead of the validation split, and train on the rest."},
     )
     preprocessing_num_workers: Optional[int] = field(default=None, metadata={"help": "Processes for tokenisation."})
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached tokenised datasets."})
@@ -521,7 +534,7 @@ def check_training_args(training_args) -> None:
 
 #: Data lengths every recipe that has them needs positive (0 would silently mean "the model's limit",
 #: a negative one fails deep inside the tokenizer).
-POSITIVE_DATA_FIELDS = ("max_seq_length", "block_size", "doc_stride", "max_answer_length")
+POSITIVE_DATA_FIELDS = ("dev_split_from_train", "max_seq_length", "block_size", "doc_stride", "max_answer_length")
 
 
 def check_data_args(data_args) -> None:

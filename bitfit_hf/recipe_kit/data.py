@@ -334,6 +334,9 @@ def load_raw_datasets(
         raw[split] = load_data_file(path, split, native_reader, cache_dir)
     if not len(raw):
         raise RecipeError("no data: give --dataset_name, or --train_file / --validation_file / --test_file.")
+    dev_size = getattr(data_args, "dev_split_from_train", None)
+    if dev_size:
+        raw = carve_dev_split(raw, dev_size)
     predict_split = getattr(data_args, "predict_split", None) or "test"
     if predict_split != "test":
         if predict_split not in raw:
@@ -341,6 +344,24 @@ def load_raw_datasets(
                 f"--predict_split {predict_split}: the data has no such split (it has {', '.join(raw.keys())})."
             )
         raw["test"] = raw[predict_split]  # --do_predict then scores (the first N of) that split
+    return raw
+
+
+def carve_dev_split(raw, size: int):
+    """Evaluate on the *last* ``size`` training examples instead of the validation split, and train on
+    the rest: learning rates and other choices are then made without ever seeing the reported
+    validation set. The first training examples stay first, so ``--max_train_samples N`` trains on the
+    same N examples with or without the carve."""
+    if "train" not in raw:
+        raise RecipeError("--dev_split_from_train carves the evaluation set out of the training data: give training data.")
+    train = raw["train"]
+    if not 0 < size < len(train):
+        raise RecipeError(f"--dev_split_from_train {size}: the training split has {len(train)} examples; carve fewer "
+                          "than that (and more than 0).")
+    logger.info("Evaluating on the last %d training examples (--dev_split_from_train); the validation split is not "
+                "used.", size)
+    raw["validation"] = train.select(range(len(train) - size, len(train)))
+    raw["train"] = train.select(range(len(train) - size))
     return raw
 
 

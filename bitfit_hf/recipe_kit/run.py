@@ -268,15 +268,18 @@ def load_tokenizer(model_args, source: str, need_fast: bool = False):
 
 
 def load_model(auto_class, model_args, source: str, config):
-    """The model, loaded as ``--gguf_file`` / ``--load_in_4bit`` / ``--load_in_8bit`` ask (remembered for the adapter)."""
+    """The model, loaded as ``--gguf_file`` / ``--load_in_4bit`` / ``--load_in_8bit`` ask (remembered for the
+    adapter), with its never-trained parts handled as ``--pooling_head`` says."""
     from bitfit_hf.recipe_kit.loading import base_loading_kwargs
+    from bitfit_hf.recipe_kit.untrained_parts import handle_untrained_parts
     from bitfit_hf.utils.base_loading import remember_base_loading
 
     try:
-        model = auto_class.from_pretrained(
+        model, info = auto_class.from_pretrained(
             source, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **_hub_kwargs(model_args),
-            **base_loading_kwargs(model_args),
+            **base_loading_kwargs(model_args), output_loading_info=True,
         )
+        handle_untrained_parts(model, model_args, source, info.get("missing_keys", ()))
         return remember_base_loading(model, getattr(model_args, "gguf_file", None))
     except RuntimeError as err:
         if "size mismatch" in str(err):

@@ -15,6 +15,7 @@ from torch import nn
 
 from bitfit_hf.tuners.roles import HEAD  # noqa: F401 - the head role, read from here by the methods
 from bitfit_hf.tuners.summary import TrainableSummary
+from bitfit_hf.utils.sentence_pooling import untrained_modules
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,9 @@ def detect_head_modules(model: nn.Module) -> List[str]:
 
     ``BertForSequenceClassification`` gives ``["classifier"]``, DistilBERT ``["pre_classifier",
     "classifier"]``, GPT-2 and LLaMA ``["score"]``. Output embeddings (an LM head) are pretrained,
-    usually tied to the input embeddings, and are never treated as a task head.
+    usually tied to the input embeddings, and are never treated as a task head. Modules of the base
+    recorded as never trained (:func:`~bitfit_hf.utils.sentence_pooling.mark_untrained_modules`: a
+    sentence-transformers checkpoint's pooler, modules the load initialised) belong to the head too.
     """
     prefix = getattr(model, "base_model_prefix", "")
     base = getattr(model, prefix, None) if prefix else None
@@ -88,7 +91,7 @@ def detect_head_modules(model: nn.Module) -> List[str]:
             continue
         if any(True for _ in child.parameters()):
             heads.append(name)
-    return heads
+    return heads + [name for name in untrained_modules(model) if name not in heads]
 
 
 STATE_ATTR = "_bitfit_state"  # the attribute of the (unwrapped) model that holds its TunerState

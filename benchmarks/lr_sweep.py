@@ -1,0 +1,194 @@
+#!/usr/bin/env python
+"""The learning-rate sweep behind the recipes' per-method defaults (``DEFAULT_LEARNING_RATES``).
+
+Each cell is one run of ``recipes/glue.py`` on its default budget (all-MiniLM-L6-v2, the first 3,200
+movie-review training sentences, 3 epochs, batch 32) with ``--method``, ``--learning_rate`` and
+``--seed`` set, scored on a dev split carved from the *training* data (``--dev_split_from_train``: the
+last 1,000 training sentences, never among the 3,200 trained on); the reported validation set is never
+read. Cells run seed-major (every method and rate on seed 0, then seed 1), so an interrupted sweep
+still leaves a complete one-seed table; results are appended to a JSONL file as each cell ends, and a
+second call skips the cells already there.
+
+    python benchmarks/lr_sweep.py                                 # the whole grid, 2 seeds
+    python benchmarks/lr_sweep.py --methods bitfit,adapterbias --seeds 0
+    python benchmarks/lr_sweep.py --report                        # only rewrite the table from the JSONL
+    python benchmarks/lr_sweep.py --quick                         # a tiny smoke run (not a sweep)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RECIPE = os.path.join(ROOT, "recipes", "glue.py")
+
+#: Rates tried per method, about a decade around the folklore value; ``adapterbias_shared`` is
+#: ``--method adapterbias --share_alpha``.
+GRID: Dict[str, List[float]] = {
+    "bitfit": [3e-4, 1e-3, 3e-3],
+    "adapterbias": [1e-4, 1e-3, 3e-3],
+    "lora": [5e-4, 1e-3, 3e-3],
+    "bitfit_lora": [3e-4, 1e-3, 3e-3],
+    "full": [2e-5, 5e-5, 1e-4],
+    "frozen": [1e-3, 3e-3, 1e-2],
+    "rand_uniform": [1e-3, 3e-3, 1e-2],
+    "rand_row_col": [1e-3, 3e-3, 1e-2],
+    "adapterbias_shared": [1e-4, 1e-3, 3e-3],
+}
+
+
+def method_flags(method: str) -> List[str]:
+    if method == "adapterbias_shared":
+        return ["--method", "adapterbias", "--share_alpha"]
+    return ["--method", method]
+
+
+def cell_key(method: str, rate: float, seed: int) -> str:
+    return f"{method}|{rate:g}|{seed}"
+
+
+def read_results(path: str) -> Dict[str, dict]:
+    done: Dict[str, dict] = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                line = line.strip()
+                if line:
+                    row = json.loads(line)
+                    done[cell_key(row["method"], row["learning_rate"], row["seed"])] = row
+    return done
+
+
+def append_result(path: str, row: dict) -> None:
+    """One JSON line per finished cell, flushed and synced: a killed sweep loses at most the running cell."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def run_cell(method: str, rate: float, seed: int, dev_size: int, threads: int, extra: List[str]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="lr_sweep_") as out:
+        command = [sys.executable, RECIPE, *method_flags(method), "--learning_rate", f"{rate:g}", "--seed", str(seed),
+                   "--dev_split_from_train", str(dev_size), "--eval_before_training", "false",
+                   "--save_strategy", "no", "--report_to", "none", "--output_dir", out, *extra]
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        start = time.time()
+        proc = subprocess.run(command, capture_output=True, text=True, env=env)
+        seconds = time.time() - start
+        if proc.returncode != 0:
+            tail = (proc.stdout + proc.stderr)[-2000:]
+            raise RuntimeError(f"cell {method} lr={rate:g} seed={seed} failed (exit {proc.returncode}):\n{tail}")
+        with open(os.path.join(out, "all_results.json"), encoding="utf-8") as handle:
+            results = json.load(handle)
+    return {"method": method, "learning_rate": rate, "seed": seed, "dev_accuracy": results["eval_accuracy"],
+            "train_loss": results.get("train_loss"), "seconds": round(seconds, 1),
+            "command": " ".join(["python", "recipes/glue.py", *command[2:-2]])}
+
+
+def best_rates(rows: Dict[str, dict]) -> Dict[str, dict]:
+    """Per method: mean dev accuracy of each rate over the seeds run, and the best rate (ties: the lower rate)."""
+    table: Dict[str, dict] = {}
+    for row in rows.values():
+        table.setdefault(row["method"], {}).setdefault(row["learning_rate"], []).append(row["dev_accuracy"])
+    out = {}
+    for method, by_rate in table.items():
+        means = {rate: statistics.mean(scores) for rate, scores in by_rate.items()}
+        best = max(sorted(means), key=lambda rate: means[rate])
+        out[method] = {"by_rate": by_rate, "means": means, "best": best}
+    return out
+
+
+def markdown(rows: Dict[str, dict], machine: str) -> str:
+    summary = best_rates(rows)
+    lines = ["| method | " + "rate: dev accuracy (mean over seeds; each seed) | best |", "| --- | --- | --- |"]
+    for method in [m for m in GRID if m in summary]:
+        entry = summary[method]
+        cells = []
+        for rate in sorted(entry["by_rate"]):
+            scores = entry["by_rate"][rate]
+            each = ", ".join(f"{s * 100:.1f}" for s in scores)
+            mark = "**" if rate == entry["best"] else ""
+            cells.append(f"{mark}{rate:g}: {entry['means'][rate] * 100:.1f}{mark} ({each})")
+        lines.append(f"| `{method}` | " + "; ".join(cells) + f" | {entry['best']:g} |")
+    seeds = sorted({row["seed"] for row in rows.values()})
+    lines.append("")
+    lines.append(f"{len(rows)} runs, seeds {', '.join(map(str, seeds))}; {machine}.")
+    return "\n".join(lines) + "\n"
+
+
+def machine_line() -> str:
+    import torch
+    import transformers
+
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"torch {torch.__version__}, transformers {transformers.__version__}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", default=",".join(GRID), help="comma-separated, from: " + ", ".join(GRID))
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--dev-size", type=int, default=1000, help="training sentences carved off as the dev split")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores / jobs)")
+    parser.add_argument("--jobs", type=int, default=1, help="cells run side by side")
+    parser.add_argument("--results", default=os.path.join(HERE, "results", "lr_sweep.jsonl"))
+    parser.add_argument("--markdown", default=os.path.join(HERE, "results", "lr_sweep.md"))
+    parser.add_argument("--report", action="store_true", help="only rewrite the markdown table from the results")
+    parser.add_argument("--quick", action="store_true", help="smoke run: one tiny cell per method, results elsewhere")
+    args = parser.parse_args(argv)
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in GRID]
+    if unknown:
+        parser.error(f"unknown method(s) {unknown}; known: {', '.join(GRID)}")
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    extra: List[str] = []
+    if args.quick:
+        extra = ["--max_train_samples", "32", "--max_steps", "2"]
+        args.dev_size = 16
+    done = read_results(args.results)
+    threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
+    if not args.report:
+        todo = [(method, rate, seed) for seed in seeds for method in methods
+                for rate in (GRID[method][1:2] if args.quick else GRID[method])
+                if cell_key(method, rate, seed) not in done]
+        lock = threading.Lock()
+
+        def one(cell):
+            method, rate, seed = cell
+            row = run_cell(method, rate, seed, args.dev_size, threads, extra)
+            with lock:
+                append_result(args.results, row)
+                done[cell_key(method, rate, seed)] = row
+                print(f"{method:20s} lr={rate:<8g} seed={seed}  dev accuracy {row['dev_accuracy'] * 100:.1f}  "
+                      f"({row['seconds']:.0f} s)", flush=True)
+
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            for future in [pool.submit(one, cell) for cell in todo]:
+                future.result()
+    table = markdown(done, machine_line())
+    if args.markdown:
+        os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
+        with open(args.markdown + ".tmp", "w", encoding="utf-8") as handle:
+            handle.write(table)
+        os.replace(args.markdown + ".tmp", args.markdown)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
