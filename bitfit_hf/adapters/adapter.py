@@ -37,6 +37,7 @@ from bitfit_hf.tuners.bitfit.model import get_bitfit_state, trainable_state_dict
 from bitfit_hf.utils.base_loading import describe_base_loading
 from bitfit_hf.utils.constants import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, __version__
 from bitfit_hf.utils.io import write_bytes_atomic, write_json_atomic, write_text_atomic
+from bitfit_hf.utils.modes import inserted_modules_follow
 
 logger = logging.getLogger(__name__)
 
@@ -148,11 +149,12 @@ class BitFitAdapter:
     @classmethod
     def from_pretrained(cls, path_or_repo_id: str, **hub_kwargs) -> "BitFitAdapter":
         """Read an adapter from a local directory, or from the Hub (``revision=``, ``token=``, ...)."""
-        looks_local = os.path.isabs(path_or_repo_id) or path_or_repo_id.startswith((".", "~")) or os.path.exists(path_or_repo_id)
-        if os.path.isdir(path_or_repo_id) or looks_local:
+        local = os.path.expanduser(path_or_repo_id)  # "~/adapters/sst2" is a folder, never a Hub id
+        looks_local = os.path.isabs(local) or path_or_repo_id.startswith((".", "~")) or os.path.exists(local)
+        if os.path.isdir(local) or looks_local:
             if hub_kwargs.get("revision"):
                 raise AdapterError(f"revision= applies to Hub repos; {path_or_repo_id!r} is a local directory.")
-            return cls.from_directory(path_or_repo_id)
+            return cls.from_directory(local)
         directory, commit = remote_store().download_adapter(path_or_repo_id, **hub_kwargs)
         adapter = cls.from_directory(directory)
         adapter.config.metadata = {**adapter.config.metadata, "resolved_repo": path_or_repo_id, "resolved_commit": commit}
@@ -160,6 +162,7 @@ class BitFitAdapter:
 
     @classmethod
     def from_directory(cls, directory: str) -> "BitFitAdapter":
+        directory = os.path.expanduser(directory)
         if not os.path.isdir(directory):
             raise AdapterError(
                 f"No adapter directory at {directory!r}. Pass the output directory of a BitFit run "
@@ -317,7 +320,8 @@ def prepare_base_for(model: nn.Module, config: AdapterConfig) -> None:
     spec = _method_spec_of(config)
     if spec.prepare_base is not None:
         try:
-            spec.prepare_base(model, config.tuner_config())
+            with inserted_modules_follow(model):  # the inserted modules take the model's mode
+                spec.prepare_base(model, config.tuner_config())
         except ValueError as err:
             raise AdapterError(f"Cannot prepare this {type(model).__name__} for the {config.method} adapter: {err}") from None
 
@@ -415,8 +419,9 @@ def load_adapter(model: nn.Module, path_or_repo_id: str, check_base: bool = True
 
     A local PEFT BEFT adapter folder (``"peft_type": "BEFT"``) is read too, as the equivalent BitFit
     selection (:func:`bitfit_hf.adapters.peft_format.load_peft_beft`; PEFT records no base fingerprint)."""
-    if os.path.isdir(path_or_repo_id) and peft_type_of(path_or_repo_id) is not None:
-        return load_peft_beft(model, path_or_repo_id)
+    local = os.path.expanduser(path_or_repo_id)
+    if os.path.isdir(local) and peft_type_of(local) is not None:
+        return load_peft_beft(model, local)
     return BitFitAdapter.from_pretrained(path_or_repo_id, **hub_kwargs).apply_to(model, check_base=check_base)
 
 

@@ -14,6 +14,7 @@ those run the stock forward, bit for bit.
 
 from __future__ import annotations
 
+import copy
 from types import MappingProxyType
 from typing import Dict, List, Mapping, Optional, Union
 
@@ -23,7 +24,7 @@ from torch import nn
 from bitfit_hf.adapters import sparse as sparse_format
 from bitfit_hf.adapters.adapter import BitFitAdapter, prepare_base_for
 from bitfit_hf.adapters.config import AdapterError, BaseModelMismatchError
-from bitfit_hf.tuners.bitfit.layer import add_zero_bias, has_bias
+from bitfit_hf.tuners.bitfit.layer import add_zero_bias, has_bias, remove_added_bias
 from bitfit_hf.tuners.bitfit.model import unwrap
 from bitfit_hf.tuners.bitfit_lora.layer import (
     ADAPTER_NAME,
@@ -49,6 +50,7 @@ class AdapterBank:
         self._lora: Dict[str, Dict[str, float]] = {}  # task -> {LoRA module: scaling}
         self._inserted: set = set()  # parameters of modules a method inserted (never part of the base)
         self.active: Optional[str] = None
+        self._base_labels = _labels_of(self.model)  # put back by restore_base()
 
     @property
     def names(self) -> List[str]:
@@ -65,7 +67,12 @@ class AdapterBank:
         return self._base.get(name)
 
     def add(self, name: str, adapter: Union[str, BitFitAdapter], check_base: bool = True, **hub_kwargs) -> None:
-        """Register an adapter (object, local directory or Hub id) under ``name``."""
+        """Register an adapter (object, local directory or Hub id) under ``name``.
+
+        All or nothing: when the adapter does not fit (another base, tensors this model lacks), the error is
+        raised with the model as it was: the biases this call added are taken out again and the task that
+        was active is active again. Modules the call inserted (AdapterBias shifts, LoRA layers) take the
+        model's mode; they change no output while no task using them is active."""
         if name in self.adapters:
             raise ValueError(f"An adapter named {name!r} is already loaded; remove() it first or pick another name.")
         if isinstance(adapter, str):
@@ -74,51 +81,69 @@ class AdapterBank:
         found_type = getattr(self.model.config, "model_type", "")
         if cfg.model_type != found_type:
             raise AdapterError(f"Adapter {name!r} is for a {cfg.model_type!r} model, this backbone is {found_type!r}.")
-        previous = self.active
-        self.restore_base()
         lora_modules = _lora_modules(adapter)
         modules = dict(self.model.named_modules())
-        for module_name in cfg.added_biases:
-            if module_name not in modules:
-                raise AdapterError(f"Adapter {name!r} adds a bias to {module_name!r}, which this model does not have.")
-            if not has_bias(modules[module_name]):
-                add_zero_bias(modules[module_name])
-                self._added.add(f"{module_name}.bias")
-        before = set(self._params())
-        prepare_base_for(self.model, cfg)  # AdapterBias: its shifts (zero, so the base is unchanged)
-        self._inserted.update(n for n in self._params() if n not in before)
-        dense, sparse = sparse_format.split(adapter.tensors, cfg.sparse_parameters)
-        dense = {stock_name(n, lora_modules): t for n, t in dense.items()}
+        missing = [m for m in cfg.added_biases if m not in modules]
+        if missing:
+            raise AdapterError(f"Adapter {name!r} adds a bias to {missing[0]!r}, which this model does not have.")
         trained = {stock_name(n, lora_modules) for n in cfg.trained_parameters}
-        if check_base:
-            # The fingerprint covers the stock weights under their stock names (as at training time).
-            found = base_fingerprint(
-                _StockView(self.model),
-                exclude=trained | self._added | self._inserted | {f"{m}.bias" for m in cfg.added_biases},
-                head_modules=cfg.head_modules,
-            )
-            if found != cfg.base_fingerprint:
-                raise BaseModelMismatchError(
-                    f"Adapter {name!r} was trained on {cfg.base_model_name_or_path!r}; this backbone's frozen "
-                    f"weights differ (fingerprint {found}, expected {cfg.base_fingerprint})."
+        previous = self.active
+        self.restore_base()
+        added_now: List[tuple] = []  # (module name, module, whether it had an empty ``bias`` slot)
+        base_before, inserted_before = set(self._base), set(self._inserted)
+        try:
+            for module_name in cfg.added_biases:
+                module = modules[module_name]
+                if not has_bias(module):
+                    slot = "bias" in module._parameters
+                    add_zero_bias(module)
+                    added_now.append((module_name, module, slot))
+                    self._added.add(f"{module_name}.bias")
+            before = set(self._params())
+            prepare_base_for(self.model, cfg)  # AdapterBias: its shifts (zero, so the base is unchanged)
+            self._inserted.update(n for n in self._params() if n not in before)
+            if check_base:
+                # The fingerprint covers the stock weights under their stock names (as at training time).
+                found = base_fingerprint(
+                    _StockView(self.model),
+                    exclude=trained | self._added | self._inserted | {f"{m}.bias" for m in cfg.added_biases},
+                    head_modules=cfg.head_modules,
                 )
-        if lora_modules:
-            self._add_lora_layers(name, adapter, lora_modules)
-        params = self._params()
-        unknown = [n for n in list(dense) + list(sparse) if n not in params]
-        if unknown:
-            raise AdapterError(f"Adapter {name!r} holds tensors this model lacks: {unknown[:5]}.")
-        prepared = {}
-        for tensor_name, tensor in dense.items():
-            param = params[tensor_name]
-            if tensor_name not in self._base:
-                self._base[tensor_name] = param.data
-            prepared[tensor_name] = tensor.to(device=param.device, dtype=param.dtype)
-        for tensor_name, (indices, values) in sparse.items():  # entries of a weight: one dense copy per task
-            param = params[tensor_name]
-            if tensor_name not in self._base:
-                self._base[tensor_name] = param.data
-            prepared[tensor_name] = sparse_format.densify(self._base[tensor_name], indices, values)
+                if found != cfg.base_fingerprint:
+                    raise BaseModelMismatchError(
+                        f"Adapter {name!r} was trained on {cfg.base_model_name_or_path!r}; this backbone's frozen "
+                        f"weights differ (fingerprint {found}, expected {cfg.base_fingerprint})."
+                    )
+            dense, sparse = sparse_format.split(adapter.tensors, cfg.sparse_parameters)
+            dense = {stock_name(n, lora_modules): t for n, t in dense.items()}
+            if lora_modules:
+                self._add_lora_layers(name, adapter, lora_modules)
+            params = self._params()
+            unknown = [n for n in list(dense) + list(sparse) if n not in params]
+            if unknown:
+                raise AdapterError(f"Adapter {name!r} holds tensors this model lacks: {unknown[:5]}.")
+            prepared = {}
+            for tensor_name, tensor in dense.items():
+                param = params[tensor_name]
+                if tensor_name not in self._base:
+                    self._base[tensor_name] = param.data
+                prepared[tensor_name] = tensor.to(device=param.device, dtype=param.dtype)
+            for tensor_name, (indices, values) in sparse.items():  # entries of a weight: one dense copy per task
+                param = params[tensor_name]
+                if tensor_name not in self._base:
+                    self._base[tensor_name] = param.data
+                prepared[tensor_name] = sparse_format.densify(self._base[tensor_name], indices, values)
+        except BaseException:
+            for tensor_name in set(self._base) - base_before:
+                self._base.pop(tensor_name)
+            for module_name, module, slot in reversed(added_now):
+                remove_added_bias(module, slot)
+                self._added.discard(f"{module_name}.bias")
+            self._inserted = inserted_before | {n for n in self._inserted if n in self._params()}
+            self._lora.pop(name, None)
+            if previous is not None:
+                self.activate(previous)
+            raise
         self.adapters[name] = adapter
         self._tensors[name] = prepared
         if previous is not None:
@@ -174,14 +199,17 @@ class AdapterBank:
         self.active = name
 
     def restore_base(self) -> None:
-        """Put the base model's own biases (and head) back; added biases return to zero."""
+        """Put the base model's own biases, head and label names back; added biases return to zero."""
         params = self._params()
         for tensor_name, base in self._base.items():
             params[tensor_name].data = base
         self._switch_lora(None)
+        _put_labels(self.model, self._base_labels)
         self.active = None
 
     def _set_labels(self, adapter: BitFitAdapter) -> None:
+        """The task's labels over the base's: a task that records none (or no problem type) gets the base's."""
+        _put_labels(self.model, self._base_labels)
         cfg, hf = adapter.config, self.model.config
         if cfg.id2label:
             hf.id2label = {int(k): v for k, v in cfg.id2label.items()}
@@ -191,6 +219,24 @@ class AdapterBank:
             if hasattr(self.model, "num_labels"):
                 self.model.num_labels = cfg.num_labels
         hf.problem_type = cfg.problem_type
+
+
+def _labels_of(model: nn.Module) -> dict:
+    """The label fields of a model's config (and ``model.num_labels``), copied."""
+    hf = getattr(model, "config", None)
+    found = {key: copy.deepcopy(getattr(hf, key, None)) for key in ("id2label", "label2id", "problem_type")}
+    found["model_num_labels"] = getattr(model, "num_labels", None)
+    return found
+
+
+def _put_labels(model: nn.Module, labels: dict) -> None:
+    hf = getattr(model, "config", None)
+    if hf is None:
+        return
+    for key in ("id2label", "label2id", "problem_type"):
+        setattr(hf, key, copy.deepcopy(labels[key]))
+    if labels["model_num_labels"] is not None and hasattr(model, "num_labels"):
+        model.num_labels = labels["model_num_labels"]
 
 
 def _lora_modules(adapter: BitFitAdapter) -> List[str]:
@@ -219,3 +265,4 @@ class _StockView(nn.Module):
         for name, param in self._inner.named_parameters(*args, **kwargs):
             if not is_lora_parameter(name, wrapped):
                 yield stock_name(name, wrapped), param
+

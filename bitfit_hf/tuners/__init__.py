@@ -27,6 +27,7 @@ from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
 from bitfit_hf.tuners.bitfit_lora.model import apply_bitfit_lora
 from bitfit_hf.tuners.random_subset import RandRowColConfig, RandUniformConfig, apply_random_subset
 from bitfit_hf.tuners.state import get_tuner_state  # noqa: F401 - part of the registry's interface
+from bitfit_hf.utils.modes import inserted_modules_follow
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,12 @@ def method_spec(name: str) -> MethodSpec:
 
 
 def apply_method(model: nn.Module, config: Optional[Any] = None) -> BitFitState:
-    """Prepare ``model`` in place for the method of ``config`` (default: BitFit on all biases)."""
+    """Prepare ``model`` in place for the method of ``config`` (default: BitFit on all biases). Modules the
+    method inserts take the model's mode (no LoRA dropout in a model in eval mode)."""
     config = config if config is not None else BitFitConfig()
-    return method_spec(getattr(config, "method", "bitfit")).apply(model, config)
+    spec = method_spec(getattr(config, "method", "bitfit"))
+    with inserted_modules_follow(model):
+        return spec.apply(model, config)
 
 
 def config_from_dict(method: str, data: Dict[str, Any]):

@@ -26,6 +26,7 @@ from bitfit_hf.tuners.state import (
     set_tuner_state,
 )
 from bitfit_hf.utils.fingerprint import base_fingerprint
+from bitfit_hf.utils.modes import inserted_modules_follow
 from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.zero import full_numel
 
@@ -71,7 +72,13 @@ def _shift_root(model: nn.Module) -> nn.Module:
 
 def insert_shifts(model: nn.Module, config: AdapterBiasConfig) -> Dict[str, TokenShift]:
     """Insert the shift modules (zero ``v``) the config describes, unless they are there already;
-    returns ``{projection name: shift}``. Used before an adapter's tensors are loaded, too."""
+    returns ``{projection name: shift}``. Used before an adapter's tensors are loaded, too. The shifts take
+    the model's mode (``train()`` / ``eval()``)."""
+    with inserted_modules_follow(model):
+        return _insert_shifts(model, config)
+
+
+def _insert_shifts(model: nn.Module, config: AdapterBiasConfig) -> Dict[str, TokenShift]:
     heads = list(config.head_modules) if config.head_modules is not None else detect_head_modules(model)
     projections = ffn_output_projections(model, heads)
     root = _shift_root(model)

@@ -62,6 +62,19 @@ def add_zero_bias(module: nn.Module) -> str:
     return kind
 
 
+def remove_added_bias(module: nn.Module, keep_slot: bool) -> None:
+    """Undo :func:`add_zero_bias`: the hook goes, and ``bias`` is ``None`` again (``keep_slot``: the module
+    had a ``bias`` entry set to ``None``, as ``nn.Linear(bias=False)``) or no attribute at all."""
+    handle = getattr(module, HOOK_ATTR, None)
+    if handle is not None:
+        handle.remove()
+        delattr(module, HOOK_ATTR)
+    if keep_slot:
+        module.register_parameter("bias", None)
+    else:
+        del module._parameters["bias"]
+
+
 def add_zero_biases(model: nn.Module, module_names) -> Dict[str, str]:
     """Add zero biases to the named modules of ``model``; returns ``{module name: kind}``."""
     modules = dict(model.named_modules())

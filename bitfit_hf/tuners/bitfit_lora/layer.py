@@ -14,6 +14,7 @@ from typing import Dict, Iterable, List
 import torch
 from torch import nn
 
+from bitfit_hf.utils.modes import inserted_modules_follow
 from bitfit_hf.utils.names import is_under
 
 ADAPTER_NAME = "default"  # peft's adapter name inside the wrapped modules (one LoRA per model)
@@ -53,12 +54,13 @@ def matching_modules(model: nn.Module, target_modules, exclude: Iterable[str] = 
 
 
 def inject_lora(model: nn.Module, module_names: List[str], r: int, alpha: float, dropout: float) -> None:
-    """Wrap ``module_names`` in peft LoRA layers, in place (``lora_B`` starts at zero: outputs unchanged)."""
+    """Wrap ``module_names`` in peft LoRA layers, in place (``lora_B`` starts at zero: outputs unchanged).
+    The LoRA layers take the model's mode: no dropout in a model in eval mode."""
     from peft import inject_adapter_in_model
 
     modules = dict(model.named_modules())
     transposed = any(type(modules[name]).__name__ == "Conv1D" for name in module_names)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), inserted_modules_follow(model):
         # A second injection (an AdapterBank adding another task's modules) is intended here.
         warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute")
         inject_adapter_in_model(lora_config(module_names, r, alpha, dropout, transposed), model,
