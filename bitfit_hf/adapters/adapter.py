@@ -4,7 +4,8 @@ An adapter directory holds ``adapter_config.json`` and ``adapter_model.safetenso
 tensors only). The config is also embedded in the safetensors header, and the weights file is the
 last thing a save replaces, so the weights file alone always describes a consistent adapter: a crash
 between the two renames leaves either the old or the new adapter, never a mix; a stale
-``adapter_config.json`` left by such a crash is rewritten from the embedded config on the next load.
+``adapter_config.json`` left by such a crash is ignored on load (with a warning: a load never writes), and
+the next save rewrites it.
 The config records a sha256 of the tensors (``bitfit_hf.adapters.integrity``): a corrupted file is
 refused with an error instead of loading wrong numbers. Nothing is ever unpickled.
 """
@@ -210,7 +211,7 @@ class BitFitAdapter:
                 f"(missing: {missing[:5]}, unexpected: {extra[:5]}); the adapter is damaged."
             )
         if embedded is not None and (on_disk_error is not None or (on_disk is not None and on_disk.to_dict() != config.to_dict())):
-            _repair_stale_config(config_path, embedded)
+            _warn_stale_config(directory, config_path, on_disk_error)
         return cls(config, tensors)
 
     # ---- applying ------------------------------------------------------------------------------
@@ -326,22 +327,22 @@ def prepare_base_for(model: nn.Module, config: AdapterConfig) -> None:
             raise AdapterError(f"Cannot prepare this {type(model).__name__} for the {config.method} adapter: {err}") from None
 
 
-def _repair_stale_config(config_path: str, embedded: str) -> None:
-    """``adapter_config.json`` disagrees with the config embedded in the weights (a save interrupted
-    between its two renames, or a hand edit): the embedded one belongs to these weights and is used;
-    rewrite the side file from it when the folder is ours to write (never a Hub cache symlink)."""
-    if os.path.islink(config_path) or not os.access(os.path.dirname(os.path.abspath(config_path)), os.W_OK):
-        logger.warning("%s does not match the config embedded in %s; using the embedded one, which always belongs "
-                       "to these weights.", config_path, WEIGHTS_NAME)
+def _warn_stale_config(directory: str, config_path: str, error: Optional[Exception]) -> None:
+    """``adapter_config.json`` disagrees with the config embedded in the weights (a save interrupted between
+    its two renames, or a hand edit) or cannot be read: the embedded one belongs to these weights and is
+    used. A read never writes: the folder is left as it is, and the warning says how to repair it."""
+    what = f"cannot be read ({error})" if error is not None else f"does not match the config embedded in {WEIGHTS_NAME}"
+    if os.path.islink(config_path):  # the Hub cache: the repo's own files need the repair
+        logger.warning("%s %s; using the config embedded in %s, which always belongs to these weights. The cached "
+                       "file is left unchanged; re-save and push the adapter to repair the repo.",
+                       config_path, what, WEIGHTS_NAME)
         return
-    try:
-        write_text_atomic(config_path, embedded)
-    except OSError as err:
-        logger.warning("%s is stale (the weights embed another config, which is used); rewriting it failed: %s",
-                       config_path, err)
-        return
-    logger.warning("%s did not match the config embedded in %s (an interrupted save?); rewrote it from the embedded "
-                   "config, which always belongs to these weights.", config_path, WEIGHTS_NAME)
+    logger.warning(
+        "%s %s (an interrupted save, or a hand edit?); using the config embedded in %s, which always belongs to "
+        "these weights. The folder is left unchanged; to repair it, re-save the adapter: "
+        "python -c \"from bitfit_hf import BitFitAdapter as A; A.from_pretrained(%r).save_pretrained(%r)\"",
+        config_path, what, WEIGHTS_NAME, directory, directory,
+    )
 
 
 def method_fields(config) -> dict:

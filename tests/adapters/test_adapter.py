@@ -129,7 +129,7 @@ def test_broken_files_give_clear_errors(trained, tmp_path, minilm_dir):
     with pytest.raises(AdapterError, match="truncated or corrupt"):
         BitFitAdapter.from_pretrained(str(bad))
 
-    # The weights embed the config, so a broken adapter_config.json beside them is rewritten from it
+    # The weights embed the config, so a broken adapter_config.json beside them is ignored (with a warning)
     # (tests/reliability/test_kills_during_save.py); without an embedded config the side file is the
     # only description and its faults are errors.
     from safetensors.torch import load_file, save_file

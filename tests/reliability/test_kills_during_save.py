@@ -54,23 +54,29 @@ def test_temp_files_of_a_live_writer_are_left_alone(tmp_path):
     assert not os.path.exists(live)
 
 
-def test_a_config_newer_than_the_weights_never_wins_and_is_rewritten(tmp_path):
+def test_a_config_newer_than_the_weights_never_wins_and_the_next_save_rewrites_it(tmp_path):
     """Killed between the two renames of a save: adapter_config.json is the new one, the weights (and
-    the config they embed) the old ones."""
+    the config they embed) the old ones. A load uses the embedded config and leaves the file (a read never
+    writes: tests/reliability/test_loads_never_write.py); the next save writes both again."""
     _, adapter_dir, tensors = make_adapter(tmp_path)
     embedded = json.loads((adapter_dir / CONFIG_NAME).read_text())
     newer = dict(embedded, adapter_parameters=embedded["adapter_parameters"][:-1], metadata={"run": "newer"})
     write_text_atomic(str(adapter_dir / CONFIG_NAME), json.dumps(newer))
     loaded = BitFitAdapter.from_pretrained(str(adapter_dir))
     assert same_tensors(loaded.tensors, tensors) and loaded.config.metadata == embedded["metadata"]
-    assert json.loads((adapter_dir / CONFIG_NAME).read_text()) == embedded  # repaired on load
+    assert json.loads((adapter_dir / CONFIG_NAME).read_text()) == newer  # left as it was
+    loaded.save_pretrained(str(adapter_dir))
+    assert json.loads((adapter_dir / CONFIG_NAME).read_text()) == embedded
 
 
-def test_a_broken_config_beside_self_describing_weights_is_rewritten(tmp_path):
+def test_a_broken_config_beside_self_describing_weights_is_ignored(tmp_path):
     _, adapter_dir, tensors = make_adapter(tmp_path)
     good = (adapter_dir / CONFIG_NAME).read_text()
     (adapter_dir / CONFIG_NAME).write_text('{"half": ')
-    assert same_tensors(BitFitAdapter.from_pretrained(str(adapter_dir)).tensors, tensors)
+    loaded = BitFitAdapter.from_pretrained(str(adapter_dir))
+    assert same_tensors(loaded.tensors, tensors)
+    assert (adapter_dir / CONFIG_NAME).read_text() == '{"half": '
+    loaded.save_pretrained(str(adapter_dir))
     assert json.loads((adapter_dir / CONFIG_NAME).read_text()) == json.loads(good)
 
 
