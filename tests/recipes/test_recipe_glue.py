@@ -4,6 +4,7 @@ data: in process, from local GLUE-style files with --method full, and under ``ac
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from recipe_support import accelerate_launch, few_threads, load_recipe, read_json  # noqa: F401 - few_threads: an autouse fixture
@@ -38,7 +39,11 @@ def test_default_data_bitfit_with_predictions(tmp_path):
     assert config["id2label"] == {"0": "negative", "1": "positive"}
     assert not (out / "model.safetensors").exists()
     summary = read_json(out / "trainable_summary.json")
-    assert summary["trainable_params"] == 26_882  # 26,112 biases + the 770-parameter classifier
+    # 26,112 biases less the 384 of the untrained pooler (removed: the head reads the checkpoint's mean
+    # pooling) + the 770-parameter classifier
+    assert summary["trainable_params"] == 26_498
+    assert config["sentence_pooling"] == "mean" and config["head_modules"] == ["classifier"]
+    assert not any("pooler" in name for name in config["adapter_parameters"])
     run_args = read_json(out / "run_args.json")
     assert run_args["recipe_defaults"]["learning_rate"] == 1e-3 and run_args["offline_data"] is True
     # the model card is written last, so its model-index holds the final (not the untrained) accuracy
@@ -110,7 +115,7 @@ def test_random_baseline_trains_and_saves_a_compact_adapter(tmp_path):
     load_recipe("glue").main(["--output_dir", str(out), *TINY, "--method", "rand_uniform", "--random_seed", "1"])
     results = read_json(out / "eval_results.json")
     summary = read_json(out / "trainable_summary.json")
-    assert summary["bias_params"] == 26_112 and summary["trainable_params"] == 26_882  # BitFit's count exactly
+    assert summary["bias_params"] == 25_728 and summary["trainable_params"] == 26_498  # BitFit's count exactly
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["method"] == "rand_uniform" and config["method_config"] == {"random_seed": 1}
     assert config["sparse_parameters"] and (out / "adapter_model.safetensors").stat().st_size < 400_000
@@ -120,3 +125,29 @@ def test_random_baseline_trains_and_saves_a_compact_adapter(tmp_path):
     reloaded = read_json(again / "eval_results.json")
     assert reloaded["eval_accuracy"] == results["eval_accuracy"]
     assert reloaded["eval_loss"] == pytest.approx(results["eval_loss"], abs=1e-5)
+
+
+def test_untrained_pooler_is_never_left_frozen(tmp_path):
+    """all-MiniLM-L6-v2 is a sentence-transformers checkpoint whose pooler was never trained: by default the
+    head classifies from its mean pooling (pooler removed); with --pooling_head train_pooler the pooler is
+    trained with the head, saved in the adapter, and moves away from the checkpoint's values."""
+    import torch
+    from safetensors.torch import load_file
+
+    from bitfit_hf import AutoBitFitModel
+    from bitfit_hf.data.assets import minilm_path
+
+    out = tmp_path / "pooler"
+    load_recipe("glue").main(["--output_dir", str(out), *TINY, "--pooling_head", "train_pooler",
+                              "--learning_rate", "1e-2"])
+    config = read_json(out / "adapter_config.json")
+    assert config["sentence_pooling"] is None
+    assert config["head_modules"] == ["classifier", "bert.pooler"]
+    tensors = load_file(str(out / "adapter_model.safetensors"))
+    stock = load_file(os.path.join(str(minilm_path()), "model.safetensors"))
+    for name in ("bert.pooler.dense.weight", "bert.pooler.dense.bias"):
+        assert name in tensors, name
+        assert not torch.equal(tensors[name], stock[name.removeprefix("bert.")]), f"{name} was left frozen"
+    assert read_json(out / "trainable_summary.json")["per_role"]["head"] == 770 + 384 * 384 + 384
+    model = AutoBitFitModel.from_pretrained(str(out), base_model=minilm_path())
+    assert torch.equal(model.bert.pooler.dense.weight, tensors["bert.pooler.dense.weight"])
