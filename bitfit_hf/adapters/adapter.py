@@ -39,6 +39,7 @@ from bitfit_hf.utils.base_loading import describe_base_loading
 from bitfit_hf.utils.constants import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, __version__
 from bitfit_hf.utils.io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from bitfit_hf.utils.modes import inserted_modules_follow
+from bitfit_hf.utils.sentence_pooling import PoolingConfigError, install_sentence_pooling, sentence_pooling_of
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ class BitFitAdapter:
             method=cfg.method,
             method_config=method_fields(cfg),
             base_loading=describe_base_loading(inner),
+            sentence_pooling=sentence_pooling_of(inner),
             base_sketch=dict(state.base_sketch),
             sparse_parameters=[n for n in state.selection.parameter_names if n in sparse],
             num_labels=getattr(hf_config, "num_labels", None) if task_type_of(architecture) else None,
@@ -317,7 +319,19 @@ def _method_spec_of(config: AdapterConfig):
 
 def prepare_base_for(model: nn.Module, config: AdapterConfig) -> None:
     """Insert into a stock ``model`` the modules that hold the tensors of an adapter of ``config``'s
-    method (nothing for BitFit), so the tensors have somewhere to load."""
+    method (nothing for BitFit), so the tensors have somewhere to load; and classify through the
+    sentence pooling the adapter was trained with (the base's untrained pooler removed)."""
+    pooled = sentence_pooling_of(model)
+    if config.sentence_pooling:
+        try:
+            install_sentence_pooling(model, config.sentence_pooling)
+        except PoolingConfigError as err:
+            raise AdapterError(f"This adapter classifies from {config.sentence_pooling} pooling: {err}") from None
+    elif pooled:
+        raise AdapterError(
+            f"This adapter classifies through the model's own pooler, but this model classifies from {pooled} "
+            "pooling (its pooler removed, for an adapter trained that way): load it onto a fresh base."
+        )
     spec = _method_spec_of(config)
     if spec.prepare_base is not None:
         try:

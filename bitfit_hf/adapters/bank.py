@@ -81,6 +81,7 @@ class AdapterBank:
         found_type = getattr(self.model.config, "model_type", "")
         if cfg.model_type != found_type:
             raise AdapterError(f"Adapter {name!r} is for a {cfg.model_type!r} model, this backbone is {found_type!r}.")
+        _check_same_pooling(name, cfg, self.adapters.values())
         lora_modules = _lora_modules(adapter)
         modules = dict(self.model.named_modules())
         missing = [m for m in cfg.added_biases if m not in modules]
@@ -266,3 +267,18 @@ class _StockView(nn.Module):
             if not is_lora_parameter(name, wrapped):
                 yield stock_name(name, wrapped), param
 
+
+def _check_same_pooling(name: str, cfg, loaded) -> None:
+    """Tasks on one backbone share how it pools a sentence: the checkpoint's pooling (pooler removed) or
+    the model's own pooler; an adapter trained the other way is refused before anything changes."""
+    pooling = {adapter.config.sentence_pooling for adapter in loaded}
+    if not pooling or pooling == {cfg.sentence_pooling}:
+        return
+
+    def what(mode):
+        return f"{mode} pooling" if mode else "the model's own pooler"
+
+    raise AdapterError(
+        f"Adapter {name!r} classifies from {what(cfg.sentence_pooling)}; the adapters loaded classify from "
+        f"{what(next(iter(pooling)))}. Tasks on one backbone share its pooling: train them with the same --pooling_head."
+    )
