@@ -95,3 +95,16 @@ def test_a_pooler_adapter_on_a_pooled_model_is_refused(st_folder):
     pooled = install_sentence_pooling(T.BertForSequenceClassification.from_pretrained(st_folder, num_labels=2), "mean")
     with pytest.raises(AdapterError, match="own pooler"):
         pooler_adapter.apply_to(pooled)
+
+
+def test_mixed_task_batches_pool_each_example_like_its_adapter_alone(st_folder):
+    from bitfit_hf.adapters.multitask import MultiTaskModel
+
+    model_a, adapter_a = trained_adapter(st_folder, seed=1)
+    model_b, adapter_b = trained_adapter(st_folder, seed=2)
+    base = T.BertForSequenceClassification.from_pretrained(st_folder, num_labels=2).eval()
+    mixed = MultiTaskModel(base, {"a": adapter_a, "b": adapter_b})
+    with torch.no_grad():
+        logits = mixed(input_ids=IDS, attention_mask=MASK, task_ids=["a", "b"]).logits
+    assert torch.allclose(logits[0], run(model_a)[0], atol=1e-5)
+    assert torch.allclose(logits[1], run(model_b)[1], atol=1e-5)
