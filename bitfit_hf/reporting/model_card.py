@@ -663,6 +663,9 @@ def _selection_lines(cfg: AdapterConfig) -> List[str]:
     if cfg.head_modules:
         lines.append(("task head (trained): " if cfg.train_head else "task head (frozen, shipped): ")
                      + ", ".join(f"`{m}`" for m in cfg.head_modules))
+    if cfg.sentence_pooling:
+        lines.append(f"the head classifies from the base's own {cfg.sentence_pooling} pooling (its sentence-transformers "
+                     "config; the never-trained pooler removed), rebuilt by every bitfit-hf loader")
     if cfg.added_biases:
         lines.append(f"{len(cfg.added_biases)} zero-initialised biases added to modules that had none")
     if cfg.base_model_revision:

@@ -306,3 +306,14 @@ def test_card_shows_load_with_peft_exactly_when_the_peft_copy_is_there(tmp_path)
     assert "### Load with PEFT" in readme
     assert 'PeftModel.from_pretrained(model, "me/x", subfolder="peft")' in readme
     assert "`peft/adapter_model.safetensors`" in readme
+
+
+def test_card_of_a_pooled_adapter_says_what_the_head_reads():
+    from bitfit_hf.utils.sentence_pooling import install_sentence_pooling
+
+    model = install_sentence_pooling(tiny_bert(num_labels=2), "mean")
+    state = apply_bitfit(model)
+    adapter = BitFitAdapter.from_model(model, "sentence-transformers/all-MiniLM-L6-v2")
+    card = build_model_card(adapter, "me/pooled", summary=state.summary.to_dict())
+    assert "classifies from the base's own mean pooling" in card.text
+    assert "b_pooler" not in card.text, "the removed pooler's bias is not among the trained roles"
