@@ -427,6 +427,38 @@ def _load_args_file(path: str) -> Dict[str, Any]:
     return data
 
 
+OVERWRITE_HELP = ("Write over the outputs of an earlier run in --output_dir (its adapter, checkpoints and results); "
+                  "without it (and without --resume_from_checkpoint) a run refuses a folder that holds them.")
+_TRAINING_CLASSES: Dict[type, type] = {}
+
+
+def recipe_training_class(base: type) -> type:
+    """``base`` (``TrainingArguments``) with ``--overwrite_output_dir``: transformers 5 dropped the flag, the
+    recipes keep it (:func:`bitfit_hf.recipe_kit.output_dir.check_output_dir`). ``base`` itself when it
+    still has one."""
+    if "overwrite_output_dir" in getattr(base, "__dataclass_fields__", {}):
+        return base
+    if base not in _TRAINING_CLASSES:
+        cls = dataclasses.make_dataclass(
+            "RecipeTrainingArguments",
+            [("overwrite_output_dir", bool, field(default=False, metadata={"help": OVERWRITE_HELP}))],
+            bases=(base,),
+        )
+        cls.__module__ = __name__
+        cls.__doc__ = base.__doc__
+        _TRAINING_CLASSES[base] = cls
+    return _TRAINING_CLASSES[base]
+
+
+def __getattr__(name: str):
+    """``RecipeTrainingArguments`` resolves lazily (an unpickled ``training_args.bin`` looks it up here)."""
+    if name == "RecipeTrainingArguments":
+        from transformers import TrainingArguments
+
+        return recipe_training_class(TrainingArguments)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def parse_recipe_args(
     data_class: type,
     defaults: RecipeDefaults,
@@ -439,7 +471,7 @@ def parse_recipe_args(
     """
     from transformers import HfArgumentParser, TrainingArguments
 
-    training_class = training_class or TrainingArguments
+    training_class = training_class or recipe_training_class(TrainingArguments)
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser((ModelArguments, data_class, BitFitArguments, training_class))
 

@@ -10,7 +10,11 @@ Output directory of a run (``--output_dir``):
   untrained model), ``predict_results.json`` and ``all_results.json`` (all of them merged), as
   transformers' example scripts write them; ``trainer_state.json``;
 * ``run_args.json``: every argument of the run (credentials redacted) and the defaults the recipe chose;
-* the recipe's predictions with ``--do_predict``.
+* the recipe's predictions with ``--do_predict``;
+* while the run works, ``_bitfit_run.lock`` (its process id): another run into the same folder is refused.
+
+A folder that already holds an earlier run's files is refused before anything is loaded, unless
+``--overwrite_output_dir`` is given or the run resumes (:mod:`bitfit_hf.recipe_kit.output_dir`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from bitfit_hf.recipe_kit.args import (
     parse_recipe_args,
 )
 from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.recipe_kit.output_dir import check_output_dir, claim_output_dir, release_output_dir
 from bitfit_hf.training.checkpoints import last_complete_checkpoint
 from bitfit_hf.utils.constants import RUN_ARGS_NAME, SUMMARY_NAME
 from bitfit_hf.utils.errors import exit_on_user_error
@@ -124,7 +129,9 @@ def log_run_header(parsed: ParsedArgs, recipe: str) -> None:
 
 def start_run(data_class, defaults: RecipeDefaults, argv=None):
     """The first step of every recipe: parse the arguments (``--help`` lists them all), set up logging,
-    log what the run will do, check ``--method`` / ``--bias_terms`` before anything is loaded, and seed.
+    log what the run will do, check ``--method`` / ``--bias_terms`` and ``--output_dir`` (an earlier run's
+    outputs are refused, :mod:`bitfit_hf.recipe_kit.output_dir`) before anything is loaded, take the output
+    folder's lock, and seed.
     Returns ``(parsed, bitfit_config)``; ``parsed`` unpacks to model, data, BitFit and training arguments."""
     from transformers import set_seed
 
@@ -139,6 +146,11 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread
     log_run_header(parsed, defaults.recipe)
     bitfit_config = parsed.bitfit.bitfit_config()
+    check_output_dir(parsed.training)  # an earlier run's outputs: refused before anything is loaded or written
+    # _bitfit_run.lock: no other live run writes here (released by finish_run). Every process has checked the
+    # folder before the one that saves goes on (a barrier under a multi-process launch).
+    with parsed.training.main_process_first(local=not parsed.training.save_on_each_node, desc="claiming --output_dir"):
+        claim_output_dir(parsed.training)
     fetch_default_assets(parsed, defaults.default_model_asset)
     set_seed(parsed.training.seed)
     return parsed, bitfit_config
@@ -431,7 +443,15 @@ def finish_run(trainer, parsed: ParsedArgs, tasks: str, hub_default: Optional[tu
     """The last step of every recipe, after evaluation and prediction (so the card has the final metrics):
     with ``--push_to_hub``, push the adapter and its model card; otherwise, after training, write the
     card (``README.md`` with the bias-change heat map) into ``--output_dir``. Call it on every process
-    (under ZeRO-3 saving is collective). ``hub_default``: the recipe's ``load_raw_datasets`` default."""
+    (under ZeRO-3 saving is collective). ``hub_default``: the recipe's ``load_raw_datasets`` default.
+    Releases the output folder's lock (``_bitfit_run.lock``) at the end."""
+    try:
+        _write_card_or_push(trainer, parsed, tasks, hub_default)
+    finally:
+        release_output_dir()
+
+
+def _write_card_or_push(trainer, parsed: ParsedArgs, tasks: str, hub_default: Optional[tuple]) -> None:
     training_args, data = parsed.training, parsed.data
     if not (training_args.push_to_hub or training_args.do_train):
         return
@@ -495,4 +515,7 @@ def cli_entry(main: Callable[[], Any]) -> None:
     """Run a recipe's ``main``; bad input (any :class:`~bitfit_hf.utils.errors.UserError`: a recipe
     flag, a missing asset, a bad adapter, a Hub refusal) prints one ``error:`` line and exits with
     status 2 instead of a traceback."""
-    exit_on_user_error(main, os.path.basename(sys.argv[0]))
+    try:
+        exit_on_user_error(main, os.path.basename(sys.argv[0]))
+    finally:
+        release_output_dir()  # the run's lock, whatever way it ended
