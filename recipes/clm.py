@@ -177,8 +177,7 @@ def main(argv=None):
         model=model, args=training_args, train_dataset=features.get("train"), eval_dataset=features.get("validation"),
         processing_class=tokenizer, data_collator=collator, **recipe.trainer_options(model_args, bitfit_config),
     )
-    recipe.write_trainable_summary(trainer, training_args.output_dir)
-    recipe.write_run_args(parsed, training_args.output_dir)
+    recipe.record_run(trainer, parsed)  # the resumed checkpoint checked, then trainable_summary.json, run_args.json
 
     # 6. Perplexity before training, train and save the adapter, perplexity after.
     def evaluate(prefix):

@@ -157,8 +157,7 @@ def main(argv=None):
         compute_metrics=make_compute_metrics(task, label_spec.is_regression),
         **recipe.trainer_options(model_args, bitfit_config),
     )
-    recipe.write_trainable_summary(trainer, training_args.output_dir)
-    recipe.write_run_args(parsed, training_args.output_dir)
+    recipe.record_run(trainer, parsed)  # the resumed checkpoint checked, then trainable_summary.json, run_args.json
     eval_sets = {"": features.get("validation"), "_mm": features.get("validation_mismatched")}
     eval_sets = {suffix: dataset for suffix, dataset in eval_sets.items() if dataset is not None}
 

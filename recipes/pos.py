@@ -143,8 +143,7 @@ def main(argv=None):
         compute_metrics=compute_metrics,
         **recipe.trainer_options(model_args, bitfit_config),
     )
-    recipe.write_trainable_summary(trainer, training_args.output_dir)
-    recipe.write_run_args(parsed, training_args.output_dir)
+    recipe.record_run(trainer, parsed)  # the resumed checkpoint checked, then trainable_summary.json, run_args.json
 
     # 7. Evaluate the untrained model, train and save the adapter, evaluate again.
     validation = splits.get("validation")

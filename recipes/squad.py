@@ -142,8 +142,7 @@ def main(argv=None):
         compute_answer_metrics=score,
         **recipe.trainer_options(model_args, bitfit_config),
     )
-    recipe.write_trainable_summary(trainer, training_args.output_dir)
-    recipe.write_run_args(parsed, training_args.output_dir)
+    recipe.record_run(trainer, parsed)  # the resumed checkpoint checked, then trainable_summary.json, run_args.json
 
     # 6. Evaluate the untrained model, train and save the adapter, evaluate again.
     recipe.train_and_evaluate(

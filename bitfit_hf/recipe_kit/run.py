@@ -36,7 +36,7 @@ from bitfit_hf.recipe_kit.args import (
 )
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.recipe_kit.output_dir import check_output_dir, claim_output_dir, release_output_dir
-from bitfit_hf.training.checkpoints import last_complete_checkpoint
+from bitfit_hf.training.checkpoints import check_resume_config, last_complete_checkpoint, resolve_resume_checkpoint
 from bitfit_hf.utils.constants import RUN_ARGS_NAME, SUMMARY_NAME
 from bitfit_hf.utils.errors import exit_on_user_error
 from bitfit_hf.utils.io import write_json_atomic
@@ -66,6 +66,8 @@ __all__ = [
     "train_and_evaluate",
     "finish_run",
     "save_metrics",
+    "check_resume_target",
+    "record_run",
     "write_trainable_summary",
     "write_run_args",
     "cli_entry",
@@ -147,6 +149,7 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     log_run_header(parsed, defaults.recipe)
     bitfit_config = parsed.bitfit.bitfit_config()
     check_output_dir(parsed.training)  # an earlier run's outputs: refused before anything is loaded or written
+    check_resume_target(parsed, bitfit_config)  # a checkpoint of another method or selection: refused here too
     # _bitfit_run.lock: no other live run writes here (released by finish_run). Every process has checked the
     # folder before the one that saves goes on (a barrier under a multi-process launch).
     with parsed.training.main_process_first(local=not parsed.training.save_on_each_node, desc="claiming --output_dir"):
@@ -370,18 +373,47 @@ def evaluate_before_training(trainer, run: Callable[[], Dict[str, float]]) -> Di
     return callback.metrics
 
 
-def _resume_checkpoint(training_args) -> Optional[Any]:
+def _resume_value(training_args) -> Optional[Any]:
+    """``--resume_from_checkpoint`` as ``Trainer.train`` takes it: ``True`` for last / latest / true (the
+    newest *complete* checkpoint, resolved by ``BitFitTrainer.train``), a path, or ``None``."""
     value = training_args.resume_from_checkpoint
-    if value is None:
-        if last_complete_checkpoint(training_args.output_dir):
-            logger.warning(
-                "%s holds checkpoints from an earlier run; training starts afresh. Pass --resume_from_checkpoint "
-                "last to resume the latest one.", training_args.output_dir,
-            )
+    if value is None or str(value).lower() in ("", "false", "no", "none"):
         return None
     if str(value).lower() in ("true", "last", "latest"):
-        return True  # BitFitTrainer.train resolves it to the newest *complete* checkpoint
+        return True
     return value
+
+
+def _resume_checkpoint(training_args) -> Optional[Any]:
+    value = _resume_value(training_args)
+    if value is None and last_complete_checkpoint(training_args.output_dir):
+        logger.warning(
+            "%s holds checkpoints from an earlier run; training starts afresh. Pass --resume_from_checkpoint "
+            "last to resume the latest one.", training_args.output_dir,
+        )
+    return value
+
+
+def check_resume_target(parsed: ParsedArgs, bitfit_config) -> None:
+    """Before anything is loaded: the checkpoint ``--resume_from_checkpoint`` names exists, is complete and was
+    trained with this run's ``--method`` and selection (an error naming both otherwise)."""
+    training = parsed.training
+    value = _resume_value(training)
+    if value is None or not training.do_train:
+        return
+    check_resume_config(resolve_resume_checkpoint(value, training.output_dir), bitfit_config)
+
+
+def record_run(trainer, parsed: ParsedArgs) -> None:
+    """Check what the run resumes from against the model just built (its trained tensors and base; nothing
+    is written before), then write ``trainable_summary.json`` and ``run_args.json``. Recipes call it once the
+    trainer exists, before evaluating or training."""
+    training = parsed.training
+    value = _resume_value(training)
+    if value is not None and training.do_train:
+        trainer.check_resume(resolve_resume_checkpoint(value, training.output_dir))
+    write_trainable_summary(trainer, training.output_dir)
+    write_run_args(parsed, training.output_dir)
 
 
 def trainer_options(model_args, bitfit_config) -> Dict[str, Any]:

@@ -7,6 +7,9 @@ checkpoint but cannot be resumed. :class:`~bitfit_hf.training.trainer.BitFitTrai
 has finished, and ``resume_from_checkpoint=True`` / ``--resume_from_checkpoint last`` take the newest
 checkpoint that has it. Folders written before the marker existed (no checkpoint of the run has one)
 count as complete when their ``trainer_state.json`` parses.
+
+A checkpoint only resumes the run that wrote it: :func:`check_resume_config` refuses one trained with another
+method or selection (naming both, as the recipes' flags), before anything is loaded or written.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ import json
 import logging
 import os
 import re
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from bitfit_hf.utils.constants import CHECKPOINT_COMPLETE_NAME, __version__
+from bitfit_hf.utils.constants import CHECKPOINT_COMPLETE_NAME, WEIGHTS_NAME, __version__
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.io import write_json_atomic
 
@@ -120,3 +123,72 @@ def mark_complete(path: str, global_step: int) -> None:
     """The last file of a checkpoint, written once every other file is on disk."""
     write_json_atomic(os.path.join(path, CHECKPOINT_COMPLETE_NAME),
                       {"global_step": int(global_step), "library": "bitfit-hf", "library_version": __version__})
+
+
+# --------------------------------------------------------------------------- resuming the right run
+
+#: The recipe flags of the config fields that decide what a run trains (a resume must keep them).
+_FLAGS = {"bias_terms": "--bias_terms", "patterns": "--bias_patterns", "train_head": "--train_head",
+          "add_missing_biases": "--add_missing_biases"}
+_RANDOM_METHODS = ("rand_uniform", "rand_row_col")
+
+
+def _selection_fields(config: Any, method: str) -> Dict[str, Any]:
+    """``{flag: value}`` of the fields that decide what ``config`` (a method config or an adapter config) trains;
+    learning rates, dropout and saving options are left out (a resume may change them)."""
+    from bitfit_hf.adapters.adapter import method_fields
+
+    found: Dict[str, Any] = {}
+    for key, flag in _FLAGS.items():
+        value = getattr(config, key, None)
+        if value is not None:
+            if key == "bias_terms" and method in _RANDOM_METHODS:
+                flag = "--match_bias_terms"
+            found[flag] = [value] if isinstance(value, str) else value
+    extra = config.method_config if hasattr(config, "method_config") else method_fields(config)
+    for key, value in (extra or {}).items():
+        if "learning_rate" in key or "dropout" in key or key in ("head_modules", "save_full_model"):
+            continue
+        found[f"--{key}"] = value
+    return found
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(str, value)) or "(none)"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def check_resume_config(path: str, config: Any) -> None:
+    """Refuse to resume from ``path`` (a checkpoint folder) when it was trained with another method or another
+    selection than ``config`` (the run's method config), with an error naming both as the recipes' flags.
+
+    Reads the checkpoint's recorded adapter config only: no model is needed, so the recipes call it before
+    loading anything. A full-model checkpoint (``--method full`` / ``--save_full_model``) resumes only such a
+    run."""
+    from bitfit_hf.adapters.adapter import BitFitAdapter
+    from bitfit_hf.tuners import method_label
+
+    name = os.path.basename(os.path.normpath(path))
+    asked = method_label(config)
+    full_run = bool(getattr(config, "is_full_finetuning", False) or getattr(config, "save_full_model", False))
+    afresh = "Resume with the checkpoint's settings, or start afresh (another --output_dir, or --overwrite_output_dir)."
+    if not os.path.isfile(os.path.join(path, WEIGHTS_NAME)):
+        if full_run:
+            return
+        raise CheckpointError(f"the checkpoint {name} holds a full model (--method full or --save_full_model); this run "
+                              f"asks for --method {asked} and saves an adapter. {afresh}")
+    recorded = BitFitAdapter.from_directory(path).config
+    trained = method_label(recorded)
+    if full_run:
+        raise CheckpointError(f"the checkpoint {name} holds a --method {trained} adapter; this run asks for --method "
+                              f"{asked}" + (" --save_full_model" if asked != "full" else "") + f" (a full model). {afresh}")
+    if trained != asked:
+        raise CheckpointError(f"the checkpoint {name} was trained with --method {trained}; this run asks for --method "
+                              f"{asked}. Resume with --method {trained}, or start afresh (another --output_dir, or "
+                              "--overwrite_output_dir).")
+    theirs, ours = _selection_fields(recorded, recorded.method), _selection_fields(config, recorded.method)
+    for flag, value in ours.items():
+        if flag in theirs and theirs[flag] != value:
+            raise CheckpointError(f"the checkpoint {name} was trained with {flag} {_shown(theirs[flag])}; this run asks "
+                                  f"for {flag} {_shown(value)}. {afresh}")

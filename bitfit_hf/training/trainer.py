@@ -13,8 +13,15 @@ from torch import nn
 from transformers import Trainer
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
+from bitfit_hf.adapters.base_check import check_same_base
 from bitfit_hf.reporting.heatmap import BiasChange, snapshot_biases
-from bitfit_hf.training.checkpoints import clear_marker, mark_complete, resolve_resume_checkpoint
+from bitfit_hf.training.checkpoints import (
+    CheckpointError,
+    check_resume_config,
+    clear_marker,
+    mark_complete,
+    resolve_resume_checkpoint,
+)
 from bitfit_hf.training.distributed import (
     check_trainer_launch,
     is_deepspeed_dummy_optimizer,
@@ -163,11 +170,33 @@ class BitFitTrainerBase(Trainer):
         """``Trainer.train``; ``resume_from_checkpoint=True`` resumes from the newest *complete* checkpoint
         (one interrupted while being written is skipped; see :mod:`bitfit_hf.training.checkpoints`)."""
         resume_from_checkpoint = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
+        if resume_from_checkpoint is not None:
+            self.check_resume(resume_from_checkpoint)  # before anything of it is loaded
         if not self._summary_logged and self.is_world_process_zero():
             logger.info("BitFit trainable parameters:\n%s", self.bitfit_state.summary)
             self._summary_logged = True
         reset_evaluation_wrapping(self)  # evaluate() before train() left the model unwrappable (DDP) / an inference engine
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def check_resume(self, checkpoint: str) -> None:
+        """The checkpoint belongs to this run, or a clear error before anything changes: the same method and
+        selection (:func:`~bitfit_hf.training.checkpoints.check_resume_config`, naming both), and an adapter
+        checkpoint's trained tensors and base are this model's (another base is a ``BaseModelMismatchError``)."""
+        check_resume_config(checkpoint, self.bitfit_config)
+        if not os.path.isfile(os.path.join(checkpoint, WEIGHTS_NAME)):
+            return
+        cfg = BitFitAdapter.from_directory(checkpoint).config
+        selected = self.bitfit_state.selection.parameter_names
+        if cfg.trained_parameters != selected:
+            missing = [n for n in cfg.trained_parameters if n not in set(selected)]
+            extra = [n for n in selected if n not in set(cfg.trained_parameters)]
+            raise CheckpointError(
+                f"the checkpoint {os.path.basename(os.path.normpath(checkpoint))} trains other tensors than this run "
+                f"selects (only in the checkpoint: {missing[:3]}; only in this run: {extra[:3]}): it was trained on "
+                f"{cfg.architecture} ({cfg.base_model_name_or_path}). Resume it with the model and flags it was "
+                "trained with, or start afresh."
+            )
+        check_same_base(cfg, self.bitfit_state, unwrap(self.model))
 
     def evaluation_loop(self, *args, **kwargs):
         with zero12_evaluation_before_training(self):  # DeepSpeed builds no ZeRO-1/2 inference engine

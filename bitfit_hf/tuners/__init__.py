@@ -79,6 +79,20 @@ def apply_method(model: nn.Module, config: Optional[Any] = None) -> BitFitState:
         return spec.apply(model, config)
 
 
+def method_label(config: Any) -> str:
+    """The recipes' ``--method`` name of a method config or an adapter config: ``lora`` for BitFit + LoRA
+    training no bias term, ``frozen`` / ``full`` for BitFit's head-only and full presets, else the registered
+    method (``bitfit``, ``bitfit_lora``, ``adapterbias``, ``rand_uniform``, ...)."""
+    method = getattr(config, "method", "bitfit") or "bitfit"
+    terms = getattr(config, "bias_terms", None)
+    terms = [terms] if isinstance(terms, str) else list(terms or [])
+    if method == "bitfit_lora" and terms == ["frozen"]:
+        return "lora"
+    if method == "bitfit" and terms in (["frozen"], ["full"]):
+        return terms[0]
+    return method
+
+
 def config_from_dict(method: str, data: Dict[str, Any]):
     """A method config rebuilt from its serialised fields."""
     return method_spec(method).config_class.from_dict(data)

@@ -63,7 +63,13 @@ def snapshot(root):
 
 def earlier_run(out):
     """What a finished run leaves: an adapter, results and a checkpoint."""
-    (out / "checkpoint-2").mkdir(parents=True)
+    from reliability_support import tiny_bert
+
+    from bitfit_hf import apply_bitfit, save_adapter
+
+    model = tiny_bert()
+    apply_bitfit(model)
+    save_adapter(model, str(out / "checkpoint-2"))  # a bitfit checkpoint (all biases), as the default run's
     (out / "checkpoint-2" / "trainer_state.json").write_text("{}")
     (out / "adapter_config.json").write_text('{"method": "bitfit"}')
     (out / "adapter_model.safetensors").write_bytes(b"weights")
