@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -178,8 +178,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                       f"({row['seconds']:.0f} s)", flush=True)
 
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for future in [pool.submit(one, cell) for cell in todo]:
-                future.result()
+            futures = [pool.submit(one, cell) for cell in todo]
+            for future in as_completed(futures):
+                if future.exception() is not None:  # stop at the first failed cell: no hour of runs to discard
+                    for other in futures:
+                        other.cancel()
+                    raise future.exception()
     table = markdown(done, machine_line())
     if args.markdown:
         os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
