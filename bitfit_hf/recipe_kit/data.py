@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import logging
 import os
 import random
@@ -46,6 +47,9 @@ __all__ = [
     "read_tsv",
     "require_split",
     "require_columns",
+    "check_text_values",
+    "diagnose_data_file",
+    "split_source",
     "select_samples",
     "splits_in_use",
     "sample_limit",
@@ -282,8 +286,124 @@ def load_data_file(
     except Exception as err:  # datasets raises many types for malformed files
         if "corresponds to no data" in str(err) or os.path.getsize(path) == 0:
             raise RecipeError(f"--{split}_file {path!r} holds no examples (empty split).") from None
-        raise RecipeError(f"--{split}_file {path!r}: could not read it as {builder}: {err}") from err
+        # datasets' own message ("An error occurred while generating the dataset") hides the cause: find it in
+        # the file (the line, and the byte), else name the innermost exception.
+        diagnose_data_file(path, builder, split)
+        raise RecipeError(f"--{split}_file {path!r}: could not read it as {builder}: {_root_cause(err)}") from err
     return loaded[split]
+
+
+def _root_cause(err: BaseException) -> str:
+    while err.__cause__ is not None or (err.__context__ is not None and not err.__suppress_context__):
+        err = err.__cause__ or err.__context__
+    return f"{type(err).__name__}: {err}"
+
+
+def diagnose_data_file(path: str, builder: str, split: str) -> None:
+    """Raise a :class:`RecipeError` naming the first thing in ``path`` that a ``csv`` / ``json`` reader cannot
+    take: a byte that is not UTF-8 (line and byte offset), a JSON line that does not parse or is not an object
+    (file:line), a JSON document that does not parse (file:line, column). Returns when it finds nothing."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    offset = 0
+    for lineno, raw in enumerate(data.splitlines(keepends=True), start=1):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            where = offset + err.start
+            raise RecipeError(
+                f"--{split}_file {path!r} is not UTF-8 text: line {lineno} (byte {where} of the file is "
+                f"0x{data[where]:02x}). Save it as UTF-8, e.g. iconv -f latin1 -t utf-8 (if it is Latin-1)."
+            ) from None
+        offset += len(raw)
+    if builder != "json":
+        return
+    text = data.decode("utf-8")
+    stripped = text.lstrip("\ufeff \t\r\n")
+    if not path.lower().endswith(".jsonl") and stripped.startswith("["):
+        try:
+            json.loads(stripped)
+        except json.JSONDecodeError as err:
+            line = text[: len(text) - len(stripped)].count("\n") + err.lineno
+            raise RecipeError(f"{path}:{line}: not valid JSON ({err.msg}, column {err.colno}).") from None
+        return
+    if not path.lower().endswith(".jsonl"):
+        try:
+            json.loads(stripped)
+            return  # one JSON document
+        except json.JSONDecodeError:
+            pass  # JSON lines, then
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise RecipeError(f"{path}:{lineno}: not valid JSON ({err.msg}, column {err.colno}).") from None
+        if not isinstance(record, dict):
+            raise RecipeError(f"{path}:{lineno}: a JSON line must be an object ({{\"column\": value, ...}}), this one is "
+                              f"a {type(record).__name__}.")
+
+
+def split_source(data_args, split: str) -> Optional[str]:
+    """The local file a split was read from (``None``: a Hub or offline dataset)."""
+    files = {"train": getattr(data_args, "train_file", None), "validation": getattr(data_args, "validation_file", None),
+             "test": getattr(data_args, "test_file", None),
+             "validation_mismatched": getattr(data_args, "validation_mismatched_file", None),
+             "test_mismatched": getattr(data_args, "test_mismatched_file", None)}
+    predict_split = getattr(data_args, "predict_split", None) or "test"
+    if split == "test" and predict_split != "test":
+        return files.get(predict_split)
+    return files.get(split)
+
+
+def _json_lines_records(path: str):
+    """``(line number, parsed record or None)`` of each non-blank line of a JSON-lines file, in order."""
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    yield lineno, json.loads(line)
+                except ValueError:
+                    yield lineno, None
+
+
+def _is_json_lines(path: str) -> bool:
+    if path.lower().endswith(".jsonl"):
+        return True
+    if not path.lower().endswith(".json"):
+        return False
+    try:
+        with open(path, encoding="utf-8") as handle:
+            json.load(handle)
+        return False  # one JSON document (an array of records)
+    except (ValueError, OSError):
+        return True
+
+
+def check_text_values(dataset, split: str, columns, source: Optional[str] = None, flags: Optional[Dict] = None) -> None:
+    """Every value of ``columns`` in ``dataset`` is a string; else a :class:`RecipeError` naming where: the file
+    and line for JSON lines (``train.jsonl:3: no 'text' field``), the row of a CSV or of a Hub / offline split.
+    ``flags``: the flag behind each column, added to the message (``--text_column_name text``)."""
+    for column in columns:
+        if column is None:
+            continue
+        for row, value in enumerate(dataset[column]):
+            if isinstance(value, str):
+                continue
+            flag = f" ({flags[column]})" if flags and column in flags else ""
+            what = f"{column!r} is null, not a text" if value is None else \
+                f"{column!r} is a {type(value).__name__} ({value!r:.40}), not a text"
+            if source and _is_json_lines(source):
+                for index, (lineno, record) in enumerate(_json_lines_records(source)):
+                    if index == row:
+                        if isinstance(record, dict) and column not in record:
+                            what = f"no {column!r} field"
+                        raise RecipeError(f"{source}:{lineno}: {what}{flag}.")
+            where = f"{source}, row {row + 1}" if source else f"the {split!r} split, row {row + 1}"
+            if value is None:
+                what = f"{column!r} is empty (or null), not a text"
+            raise RecipeError(f"{where}: {what}{flag}.")
 
 
 def load_raw_datasets(

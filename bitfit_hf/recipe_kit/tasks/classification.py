@@ -17,6 +17,7 @@ import numpy as np
 
 from bitfit_hf.metrics.glue import GLUE_TASKS, GlueTask
 from bitfit_hf.metrics.loading import load_metric
+from bitfit_hf.recipe_kit.data import check_text_values
 from bitfit_hf.recipe_kit.errors import RecipeError
 
 logger = logging.getLogger(__name__)
@@ -256,14 +257,10 @@ def is_fully_labelled(dataset, spec: LabelSpec) -> bool:
     return bool(np.isfinite(labels).all() if spec.is_regression else (labels >= 0).all())
 
 
-def check_texts(dataset, split: str, keys: Sequence[Optional[str]]) -> None:
-    """Every text cell must be a string (a CSV with an empty cell gives ``None``)."""
-    for key in keys:
-        if key is None:
-            continue
-        for row, value in enumerate(dataset[key]):
-            if not isinstance(value, str):
-                raise RecipeError(f"the {split!r} split has a non-text value in column {key!r} at row {row}: {value!r}.")
+def check_texts(dataset, split: str, keys: Sequence[Optional[str]], source: Optional[str] = None) -> None:
+    """Every text cell must be a string (a CSV with an empty cell gives ``None``); the error names the file and
+    line (JSON lines) or the row. ``source``: the file the split was read from."""
+    check_text_values(dataset, split, keys, source)
 
 
 def make_tokenize_function(tokenizer, key1: str, key2: Optional[str], max_seq_length: int, padding) -> Callable:
