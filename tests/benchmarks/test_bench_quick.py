@@ -108,3 +108,21 @@ def test_step_breakdown_tiny(tmp_path):
     mask = json.loads(out.read_text())["dropout_mask"]
     assert mask["shape"] == [2, 2, 16, 16] and all(s > 0 for s in mask["seconds_by_threads"].values())
     assert "Command: `python benchmarks/step_breakdown.py" in md.read_text()
+
+
+@pytest.mark.slow
+def test_lr_sweep_quick_scores_on_a_dev_split_carved_from_training(tmp_path):
+    """Two tiny cells: results appended as JSON lines, the table rewritten, a second call resumes (runs nothing)."""
+    results, table = tmp_path / "sweep.jsonl", tmp_path / "sweep.md"
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "lr_sweep.py"), "--quick", "--methods", "bitfit,lora",
+               "--seeds", "0", "--results", str(results), "--markdown", str(table)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert sorted(row["method"] for row in rows) == ["bitfit", "lora"]
+    for row in rows:
+        assert 0.0 <= row["dev_accuracy"] <= 1.0
+        assert "--dev_split_from_train 16" in row["command"] and "--validation_file" not in row["command"]
+    assert "| `bitfit` |" in table.read_text() and "| `lora` |" in table.read_text()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert again.returncode == 0 and len(results.read_text().splitlines()) == 2, "a finished cell runs again"
