@@ -31,7 +31,7 @@ from bitfit_hf.training.distributed import (
 )
 from bitfit_hf.training.optim import keep_untrained_entries, parameter_groups, without_names
 from bitfit_hf.training.quantized_base import biases_count_as_adapter
-from bitfit_hf.tuners import apply_method
+from bitfit_hf.tuners import apply_method, method_label
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
 from bitfit_hf.tuners.bitfit.model import adapter_parameter_names, get_bitfit_state, unwrap
 from bitfit_hf.tuners.errors import SelectionError
@@ -233,7 +233,7 @@ class BitFitTrainerBase(Trainer):
             _write_bias_change(output_dir, self._base_biases, adapter)
             if self.processing_class is not None:
                 self.processing_class.save_pretrained(output_dir)
-            logger.info("Saved the BitFit adapter (%d tensors) to %s", len(tensors), output_dir)
+            logger.info("Saved the %s adapter (%d tensors) to %s", method_label(self.bitfit_config), len(tensors), output_dir)
         if self.args.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 
