@@ -1,0 +1,110 @@
+"""``bitfit-hf serve ADAPTER...``: many task adapters on one frozen base over HTTP.
+
+Adapters are local folders or Hub ids (``NAME=SOURCE[@REVISION]``), or come from ``--adapters-file``
+(YAML / JSON). Requests for different adapters share forward passes (mixed-task dynamic batching);
+adapters that insert modules are served by switching. Routes: POST /predict, GET /adapters, /health,
+/info, /metrics, and POST / DELETE /admin/adapters with the token in $BITFIT_HF_ADMIN_TOKEN. See
+docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from bitfit_hf.cli.errors import CliError
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def register(verbs) -> None:
+    parser = verbs.add_parser("serve", help="serve many adapters on one base over HTTP (mixed-task batching)",
+                              description=__doc__.split("\n\n")[1].replace("\n", " "))
+    parser.add_argument("adapters", nargs="*", metavar="ADAPTER",
+                        help="NAME=SOURCE[@REVISION] (a folder or a Hub id); the name defaults to the folder / repo name")
+    parser.add_argument("--adapter", action="append", default=[], metavar="NAME=SOURCE[@REVISION]",
+                        help="one more adapter (repeatable)")
+    parser.add_argument("--adapters-file", help="YAML or JSON: {base_model: ..., adapters: {name: source or {source, revision}}}")
+    parser.add_argument("--base-model", help="load this base (folder or Hub id) instead of the one the adapters record")
+    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: beside the adapters, else the base's)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=8080, help="port (0: any free port, printed at start)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda when there is one)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--threads", type=int, help="torch threads of the worker (default: torch's)")
+    parser.add_argument("--batching", default="mixed", choices=("mixed", "switch"),
+                        help="mixed: adapters share forward passes; switch: one adapter per forward pass")
+    parser.add_argument("--max-batch-size", type=int, default=32, help="inputs in one forward pass")
+    parser.add_argument("--max-wait-ms", type=float, default=2.0, help="how long a batch waits to fill")
+    parser.add_argument("--max-queue", type=int, default=256, help="requests waiting before 503 + Retry-After")
+    parser.add_argument("--max-client-batch-size", type=int, default=32, help="inputs in one request (413 beyond)")
+    parser.add_argument("--max-input-length", type=int, help="tokens per input (default: the model's limit)")
+    parser.add_argument("--payload-limit", type=int, default=2_000_000, help="bytes in one request body (413 beyond)")
+    parser.add_argument("--request-timeout", type=float, default=30.0, help="seconds from arrival to answer (504 beyond)")
+    parser.add_argument("--auto-truncate", action="store_true", help="cut over-long inputs unless a request says truncate: false")
+    parser.add_argument("--graceful-timeout", type=float, help="seconds to finish queued requests at shutdown (default: all)")
+    parser.add_argument("--access-log", action="store_true", help="log every request line (never headers)")
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    parser.set_defaults(run=run)
+
+
+def _missing_extra() -> str:
+    for module in ("fastapi", "uvicorn", "prometheus_client"):
+        try:
+            __import__(module)
+        except ImportError:
+            return module
+    return ""
+
+
+def run(args: argparse.Namespace) -> int:
+    missing = _missing_extra()
+    if missing:
+        raise CliError(f"serve needs {missing.replace('_', '-')}: pip install 'bitfit-hf[serve]'.")
+    from bitfit_hf.serving.config import ServeConfig, parse_adapter_arg, read_adapters_file, unique_specs
+    from bitfit_hf.serving.engine import Engine
+    from bitfit_hf.serving.server import serve_forever
+
+    if not 0 <= args.port <= 65535:
+        raise CliError(f"--port must be 0-65535 (got {args.port}).")
+    config = ServeConfig(
+        max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+        max_client_batch_size=args.max_client_batch_size, max_input_length=args.max_input_length,
+        payload_limit=args.payload_limit, request_timeout_s=args.request_timeout, auto_truncate=args.auto_truncate,
+        batching=args.batching, device=args.device, dtype=args.dtype, threads=args.threads,
+    )
+    specs = [parse_adapter_arg(text) for text in [*args.adapters, *args.adapter]]
+    base_model = args.base_model
+    if args.adapters_file:
+        from_file, file_base = read_adapters_file(args.adapters_file)
+        specs = from_file + specs
+        base_model = base_model or file_base
+    specs = unique_specs(specs)
+    logging.getLogger("bitfit_hf").setLevel(args.log_level.upper())
+    log = logging.getLogger("bitfit_hf.serving")
+    log.info("bitfit-hf serve: loading %d adapter(s)", len(specs))
+    try:
+        engine = Engine.create(specs, config, base_model=base_model, tokenizer=args.tokenizer,
+                               admin_token=Engine.admin_token_from_env(), start=False)
+    except CliError:
+        raise
+    except Exception as err:  # one line per refused adapter, then the usual error line
+        from bitfit_hf.utils.errors import UserError
+
+        if not isinstance(err, UserError):
+            raise
+        lines = str(err).splitlines()
+        for line in lines[:-1]:
+            print(f"bitfit-hf serve: error: {line}", file=sys.stderr)
+        raise CliError(lines[-1] + (" Nothing is served." if len(lines) > 1 or "adapter " in lines[-1] else "")) from None
+
+    def ready(url: str) -> None:
+        entries = engine.registry.entries
+        mixed = sum(e.mode == "mixed" for e in entries.values())
+        print(f"bitfit-hf serve: {len(entries)} adapter(s) ({mixed} mixed, {len(entries) - mixed} switched) on "
+              f"{engine.registry.backbone.source}, listening on {url}", file=sys.stderr, flush=True)
+
+    serve_forever(engine, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
+                  graceful_timeout=args.graceful_timeout, on_ready=ready)
+    return 0

@@ -1,0 +1,179 @@
+"""The HTTP routes (FastAPI), in the shape of text-embeddings-inference plus an ``adapter`` field.
+
+``POST /predict``, ``GET /adapters``, ``GET /health``, ``GET /info``, ``GET /metrics``, and the admin routes
+``POST /admin/adapters`` / ``DELETE /admin/adapters/{name}`` (``Authorization: Bearer $BITFIT_HF_ADMIN_TOKEN``).
+Errors answer ``{"error": "...", "error_type": "..."}`` with the status that says what happened: 400
+malformed JSON, 404 unknown adapter (naming the served ones), 413 body or batch too large, 422 invalid
+input, 499 (logged only) client gone, 503 queue full (``Retry-After``) or shutting down, 504 timed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import Any, Optional
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from bitfit_hf.serving.engine import Engine, settle_future
+from bitfit_hf.serving.tasks import InputError
+
+logger = logging.getLogger(__name__)
+
+
+def _error(err: InputError) -> JSONResponse:
+    body = {"error": err.message, "error_type": err.error_type}
+    headers = err.extra.pop("headers", None) if err.extra else None
+    body.update(err.extra or {})
+    return JSONResponse(body, status_code=err.status, headers=headers)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise InputError(413, f"the body is {int(declared)} bytes; this server takes at most {limit} (payload_limit).",
+                         "payload_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise InputError(413, f"the body is over {limit} bytes (payload_limit).", "payload_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse_json(raw: bytes) -> Any:
+    if not raw.strip():
+        raise InputError(400, "the body is empty; send JSON {\"inputs\": ..., \"adapter\": \"<name>\"}.", "invalid_json")
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise InputError(400, "the body is not UTF-8 text.", "invalid_json") from None
+    except json.JSONDecodeError as err:
+        raise InputError(400, f"malformed JSON: {err.msg} at line {err.lineno} column {err.colno}.", "invalid_json") from None
+
+
+def create_app(engine: Engine, drain_timeout: Optional[float] = None) -> FastAPI:
+    """The FastAPI application over ``engine``; its shutdown drains the queue and stops the worker."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        if not engine.worker.alive and not engine.worker.draining:
+            engine.worker.start()
+        yield
+        await asyncio.to_thread(engine.close, drain_timeout)  # answers every queued request first
+
+    app = FastAPI(title="bitfit-hf serve", version=engine.info()["version"], lifespan=lifespan,
+                  description="Many BitFit task adapters on one frozen base, with mixed-task dynamic batching.")
+    app.state.engine = engine
+    metrics = engine.metrics
+
+    @app.post("/predict")
+    async def predict(request: Request):
+        began = time.monotonic()
+        label = "unknown"
+        try:
+            body = _parse_json(await _read_body(request, engine.config.payload_limit))
+            entry, parsed, encoded, options = engine.prepare(body)
+            label = entry.name
+            outputs = await _run(engine, request, entry, encoded, began)
+            result = engine.answer(entry, parsed, encoded, outputs, options)
+            response = JSONResponse(result)
+        except InputError as err:
+            if err.status == 404:
+                label = "unknown"
+            response = _error(err)
+        metrics.requests.labels(label, str(response.status_code)).inc()
+        if response.status_code == 200:
+            metrics.latency.labels(label).observe(time.monotonic() - began)
+        return response
+
+    @app.get("/adapters")
+    async def adapters():
+        return engine.adapters()
+
+    @app.get("/health")
+    async def health():
+        if engine.healthy():
+            return {"status": "ok", "adapters": len(engine.registry.entries), "queued": engine.worker.queued}
+        return JSONResponse({"status": "unavailable", "error": "the worker is stopped or the server is shutting down."},
+                            status_code=503)
+
+    @app.get("/info")
+    async def info():
+        return engine.info()
+
+    @app.get("/metrics")
+    async def prometheus():
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    @app.post("/admin/adapters", status_code=201)
+    async def add_adapter(request: Request):
+        refused = engine.check_token(request.headers.get("authorization"))
+        if refused is not None:
+            return _error(refused)
+        try:
+            body = _parse_json(await _read_body(request, 64_000))
+            if not isinstance(body, dict) or not isinstance(body.get("name"), str) or not isinstance(body.get("source"), str):
+                raise InputError(422, "send {\"name\": \"<name>\", \"source\": \"<folder or Hub id>\", \"revision\": optional}.")
+            revision = body.get("revision")
+            if revision is not None and not isinstance(revision, str):
+                raise InputError(422, "'revision' is a branch, tag or commit (a string).")
+            described = await engine.add(body["name"], body["source"], revision)
+        except InputError as err:
+            return _error(err)
+        logger.warning("bitfit-hf serve: adapter %r added from %s", body["name"], body["source"])
+        return JSONResponse(described, status_code=201)
+
+    @app.delete("/admin/adapters/{name}")
+    async def remove_adapter(name: str, request: Request):
+        refused = engine.check_token(request.headers.get("authorization"))
+        if refused is not None:
+            return _error(refused)
+        try:
+            await engine.remove(name)
+        except InputError as err:
+            return _error(err)
+        logger.warning("bitfit-hf serve: adapter %r removed", name)
+        return {"removed": name, "adapters": sorted(engine.registry.entries)}
+
+    return app
+
+
+async def _run(engine: Engine, request: Request, entry, encoded, began: float):
+    """Queue the inputs and wait for their outputs, the request's time limit, or the client leaving."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    deadline = began + engine.config.request_timeout_s
+
+    def done(result, error):
+        loop.call_soon_threadsafe(settle_future, future, result, error)
+
+    job = engine.submit(entry, encoded, done, deadline=deadline)
+    gone = asyncio.ensure_future(_client_gone(request))
+    try:
+        finished, _ = await asyncio.wait({future, gone}, timeout=max(0.0, deadline - time.monotonic()),
+                                         return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if future in finished:
+        return future.result()  # an InputError (e.g. removed while queued) raises here
+    job.cancelled = True
+    if gone in finished:
+        logger.info("bitfit-hf serve: client left before its answer (adapter %r)", entry.name)
+        raise InputError(499, "the client closed the connection.", "cancelled")
+    engine.metrics.cancelled.labels("timeout").inc()
+    raise InputError(504, f"no answer within {engine.config.request_timeout_s} s (request_timeout); the server is "
+                          "busy or the batch is large.", "timeout")
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns when the client disconnects (the body has been read: the next ASGI message is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            return

@@ -1,0 +1,307 @@
+"""Everything a server holds, framework aside: the tokenizer, the adapters and their models, the worker.
+
+``Engine.create(specs, ...)`` loads the base once and every adapter onto it, refusing (one line each)
+adapters for another base or of a method that cannot share it; ``predict`` and ``add`` / ``remove`` are
+what the HTTP routes call. The engine holds no state a replica must share with another: two servers
+started from the same adapter list answer alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from bitfit_hf.adapters.adapter import BitFitAdapter
+from bitfit_hf.serving.batcher import Draining, Job, QueueFull, Worker
+from bitfit_hf.serving.config import ADMIN_TOKEN_ENV, AdapterSpec, ServeConfig, ServeError, check_name
+from bitfit_hf.serving.metrics import Metrics
+from bitfit_hf.serving.models import TASKS, Backbone, Entry, Registry
+from bitfit_hf.serving.tasks import InputError, classification_answer, encode, parse_inputs, qa_answer, tagging_answer
+from bitfit_hf.utils.constants import __version__
+from bitfit_hf.utils.errors import UserError
+from bitfit_hf.utils.secrets import SecretStr
+
+logger = logging.getLogger(__name__)
+
+
+def load_adapter_source(source: str, revision: Optional[str] = None) -> BitFitAdapter:
+    """An adapter from a local folder or a Hub id (at ``revision``); one-line :class:`ServeError` otherwise."""
+    try:
+        return BitFitAdapter.from_pretrained(source, **({"revision": revision} if revision else {}))
+    except UserError as err:
+        raise ServeError(_one_line(err)) from None
+    except (OSError, ValueError) as err:
+        raise ServeError(f"cannot load {source!r}: {_one_line(err)}") from None
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def load_tokenizer(folders: List[str], base: Optional[str]):
+    """The tokenizer beside the first adapter that has one, else the base's."""
+    from transformers import AutoTokenizer
+
+    from bitfit_hf.data.assets import packaged_copy_or
+
+    for source in [*folders, *([packaged_copy_or(base)] if base else [])]:
+        try:
+            return AutoTokenizer.from_pretrained(source)
+        except (OSError, ValueError, TypeError):
+            continue
+    raise ServeError(f"no tokenizer beside the adapters or at the base {base!r}; pass --tokenizer DIR.")
+
+
+class Engine:
+    """The served adapters, the worker that runs them, the limits and the metrics."""
+
+    def __init__(self, registry: Registry, tokenizer, config: ServeConfig, admin_token: Optional[str] = None):
+        self.registry = registry
+        self.tokenizer = tokenizer
+        self.config = config
+        self.metrics = Metrics()
+        self.admin_token = SecretStr(admin_token) if admin_token else None
+        self.started = time.time()
+        limits = [config.max_input_length, _model_limit(tokenizer), _position_limit(registry)]
+        self.max_input_length = min(x for x in limits if x)
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+        self.worker = Worker(registry, self.metrics, max_batch_size=config.max_batch_size,
+                             max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, pad_id=int(pad),
+                             left_padding=getattr(tokenizer, "padding_side", "right") == "left", threads=config.threads)
+        self._count_adapters()
+
+    # ---- building -----------------------------------------------------------------------------
+    @classmethod
+    def create(cls, specs: List[AdapterSpec], config: Optional[ServeConfig] = None, base_model: Optional[str] = None,
+               tokenizer: Any = None, admin_token: Optional[str] = None, start: bool = True) -> "Engine":
+        """Load every adapter; a :class:`ServeError` listing one line per refused adapter if any is refused."""
+        config = config or ServeConfig()
+        if not specs:
+            raise ServeError("no adapters to serve: give one or more NAME=SOURCE (a folder or a Hub id), or --adapters-file.")
+        refused: List[str] = []
+        loaded: List[Tuple[str, str, Optional[str], BitFitAdapter]] = []
+        folders: List[str] = []
+        for spec in specs:
+            try:
+                adapter = load_adapter_source(spec.source, spec.revision)
+            except ServeError as err:
+                refused.append(f"adapter {spec.name!r} ({spec.describe()}): {err}")
+                continue
+            loaded.append((spec.name, spec.source, spec.revision, adapter))
+            folder = adapter.config.metadata.get("resolved_directory") or os.path.expanduser(spec.source)
+            if os.path.isdir(folder):
+                folders.append(folder)
+        if refused:
+            raise ServeError("\n".join(refused))
+        registry = Registry(Backbone(base_model, config.device, config.dtype), config.batching)
+        for name, reason in registry.add_many(loaded):
+            spec = next(s for s in specs if s.name == name)
+            refused.append(f"adapter {name!r} ({spec.describe()}): {reason}")
+        if refused:
+            raise ServeError("\n".join(refused))
+        if tokenizer is None or isinstance(tokenizer, str):
+            tokenizer = load_tokenizer([tokenizer] if tokenizer else folders,
+                                       None if tokenizer else registry.backbone.source)
+        engine = cls(registry, tokenizer, config, admin_token=admin_token)
+        if start:
+            engine.worker.start()
+        return engine
+
+    @staticmethod
+    def admin_token_from_env() -> Optional[str]:
+        return os.environ.get(ADMIN_TOKEN_ENV) or None
+
+    def _count_adapters(self) -> None:
+        for mode in ("mixed", "switch"):
+            self.metrics.adapters.labels(mode).set(sum(e.mode == mode for e in self.registry.entries.values()))
+
+    # ---- reading ------------------------------------------------------------------------------
+    @property
+    def entries(self) -> Dict[str, Entry]:
+        return dict(self.registry.entries)
+
+    def adapters(self) -> List[Dict[str, Any]]:
+        base = self.registry.backbone.source
+        return [e.describe(base) for e in self.registry.entries.values()]
+
+    def info(self) -> Dict[str, Any]:
+        c = self.config
+        return {
+            **self.registry.backbone.describe(),
+            "version": __version__, "router": "bitfit-hf serve",
+            "adapters": len(self.registry.entries),
+            "max_batch_size": c.max_batch_size, "max_wait_ms": c.max_wait_ms, "max_queue": c.max_queue,
+            "max_concurrent_requests": c.max_queue, "max_client_batch_size": c.max_client_batch_size,
+            "max_input_length": self.max_input_length, "payload_limit": c.payload_limit,
+            "request_timeout_s": c.request_timeout_s, "auto_truncate": c.auto_truncate, "batching": c.batching,
+            "admin": self.admin_token is not None,
+        }
+
+    def healthy(self) -> bool:
+        return self.worker.alive and not self.worker.draining
+
+    def check_token(self, header: Optional[str]) -> Optional[InputError]:
+        """``None`` when ``Authorization: Bearer <token>`` matches the admin token."""
+        if self.admin_token is None:
+            return InputError(403, f"the admin routes are off: start the server with {ADMIN_TOKEN_ENV} set.", "forbidden")
+        scheme, _, given = (header or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), str(self.admin_token).encode()):
+            return InputError(401, "missing or wrong admin token (Authorization: Bearer <token>).", "unauthorized")
+        return None
+
+    # ---- predicting ---------------------------------------------------------------------------
+    def resolve(self, name: Optional[str]) -> Entry:
+        entries = self.registry.entries
+        if name is None:
+            if len(entries) == 1:
+                return next(iter(entries.values()))
+            raise InputError(422, f"say which adapter: \"adapter\" is one of {', '.join(sorted(entries))}.")
+        if not isinstance(name, str) or name not in entries:
+            raise InputError(404, f"no adapter {name!r}; served: {', '.join(sorted(entries)) or 'none'}.", "not_found",
+                             adapters=sorted(entries))
+        return entries[name]
+
+    def prepare(self, body: Any) -> Tuple[Entry, Any, list, Dict[str, Any]]:
+        """Validate a ``/predict`` body and tokenize it: ``(entry, parsed, encoded, options)``."""
+        if not isinstance(body, dict):
+            raise InputError(422, "the body must be a JSON object {\"inputs\": ..., \"adapter\": \"<name>\"}.")
+        unknown = sorted(set(body) - {"inputs", "adapter", "truncate", "truncation_direction", "raw_scores", "top_k"})
+        if unknown:
+            raise InputError(422, f"unknown field(s) {', '.join(unknown)}; /predict takes inputs, adapter, truncate, "
+                                  "truncation_direction, raw_scores, top_k.")
+        entry = self.resolve(body.get("adapter"))
+        truncate = body.get("truncate", self.config.auto_truncate)
+        raw_scores = body.get("raw_scores", False)
+        top_k = body.get("top_k")
+        direction = body.get("truncation_direction", "Right")
+        if not isinstance(truncate, bool) or not isinstance(raw_scores, bool):
+            raise InputError(422, "'truncate' and 'raw_scores' are true or false.")
+        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
+            raise InputError(422, "'top_k' is a positive integer.")
+        if direction not in ("Right", "Left"):
+            raise InputError(422, "'truncation_direction' is \"Right\" or \"Left\".")
+        parsed = parse_inputs(entry.task, body.get("inputs"))
+        if len(parsed.items) > self.config.max_client_batch_size:
+            raise InputError(413, f"{len(parsed.items)} inputs in one request; this server takes at most "
+                                  f"{self.config.max_client_batch_size} (max_client_batch_size). Split the batch.",
+                             "payload_too_large")
+        side = self.tokenizer.truncation_side
+        self.tokenizer.truncation_side = direction.lower()
+        try:
+            encoded = encode(self.tokenizer, entry.task, parsed.items, self.max_input_length, truncate)
+        finally:
+            self.tokenizer.truncation_side = side
+        return entry, parsed, encoded, {"raw_scores": raw_scores, "top_k": top_k}
+
+    def answer(self, entry: Entry, parsed, encoded, outputs: List[Any], options: Dict[str, Any]) -> Any:
+        cfg = entry.config
+        answers = []
+        for enc, out in zip(encoded, outputs):
+            if entry.task == "SEQ_CLS":
+                answers.append(classification_answer(out, entry.id2label, cfg.problem_type, options["raw_scores"],
+                                                     options["top_k"]))
+            elif entry.task == "TOKEN_CLS":
+                answers.append(tagging_answer(out, enc.meta, entry.id2label))
+            else:
+                answers.append(qa_answer(out[0], out[1], enc.meta))
+        return answers[0] if parsed.single else answers
+
+    def submit(self, entry: Entry, encoded: list, on_done, deadline: float) -> Job:
+        job = Job(adapter=entry.name, inputs=encoded, on_done=on_done, deadline=deadline)
+        try:
+            self.worker.submit(job)
+        except QueueFull:
+            raise InputError(503, f"the queue is full ({self.config.max_queue} requests waiting); retry in "
+                                  f"{self.config.retry_after_s} s.", "overloaded",
+                             headers={"Retry-After": str(self.config.retry_after_s)}) from None
+        except Draining:
+            raise InputError(503, "the server is shutting down.", "unavailable") from None
+        return job
+
+    # ---- changing (runs on the worker, between batches) -----------------------------------------
+    async def add(self, name: str, source: str, revision: Optional[str] = None) -> Dict[str, Any]:
+        try:
+            check_name(name)
+        except ServeError as err:
+            raise InputError(422, str(err)) from None
+        if name in self.registry.entries:
+            raise InputError(409, f"an adapter named {name!r} is already served; DELETE it first or pick another name.",
+                             "conflict")
+        try:
+            adapter = await asyncio.to_thread(load_adapter_source, source, revision)  # file / Hub I/O off the loop
+        except ServeError as err:
+            raise InputError(422, f"adapter {name!r} ({source}) not added: {err}", "load_failed") from None
+
+        def change():
+            entry = self.registry.add(name, source, revision, adapter)
+            self._count_adapters()
+            return entry.describe(self.registry.backbone.source)
+
+        try:
+            return await self._on_worker(change)
+        except (UserError, ValueError) as err:
+            raise InputError(422, f"adapter {name!r} ({source}) not added: {_one_line(err)}", "load_failed") from None
+
+    async def remove(self, name: str) -> None:
+        if name not in self.registry.entries:
+            raise InputError(404, f"no adapter {name!r}; served: {', '.join(sorted(self.registry.entries)) or 'none'}.",
+                             "not_found")
+
+        def change():
+            self.registry.remove(name)
+            self.metrics.forget_adapter(name)
+            self._count_adapters()
+
+        try:
+            await self._on_worker(change)
+        except KeyError:
+            raise InputError(404, f"no adapter {name!r}.", "not_found") from None
+
+    async def _on_worker(self, fn):
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def done(result, error):
+            loop.call_soon_threadsafe(settle_future, future, result, error)
+
+        try:
+            self.worker.submit(Job(adapter="", inputs=[], on_done=done, control=fn))
+        except Draining:
+            raise InputError(503, "the server is shutting down.", "unavailable") from None
+        return await future
+
+    def close(self, timeout: Optional[float] = None) -> bool:
+        return self.worker.stop(timeout)
+
+
+def settle_future(future: "asyncio.Future", result, error) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _model_limit(tokenizer) -> Optional[int]:
+    limit = getattr(tokenizer, "model_max_length", None)
+    return int(limit) if limit and limit < 1_000_000 else None
+
+
+def _position_limit(registry: Registry) -> Optional[int]:
+    for group in registry.groups.values():
+        config = getattr(group.model, "config", None)
+        limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+        if limit:
+            return int(limit)
+    return None
+
+
+__all__ = ["Engine", "TASKS", "load_adapter_source", "load_tokenizer"]

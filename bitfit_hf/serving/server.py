@@ -1,0 +1,84 @@
+"""Running the app under uvicorn: in the foreground (``bitfit-hf serve``) or in a background thread
+(notebooks, tests). Both bind the socket first, so port 0 (any free port) reports the port it got."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Callable, Optional
+
+from bitfit_hf.serving.app import create_app
+from bitfit_hf.serving.engine import Engine
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _config(app, log_level: str, access_log: bool, graceful_timeout: Optional[float]):
+    import uvicorn
+
+    return uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
+                          timeout_graceful_shutdown=int(graceful_timeout) if graceful_timeout else None,
+                          timeout_keep_alive=30)
+
+
+def serve_forever(engine: Engine, host: str = "127.0.0.1", port: int = 8080, log_level: str = "info",
+                  access_log: bool = False, graceful_timeout: Optional[float] = None,
+                  on_ready: Optional[Callable[[str], None]] = None) -> None:
+    """Serve until SIGINT / SIGTERM; then stop accepting, answer every request already taken, and stop."""
+    import uvicorn
+
+    sock = bind(host, port)
+    app = create_app(engine, drain_timeout=graceful_timeout)
+    server = uvicorn.Server(_config(app, log_level, access_log, graceful_timeout))
+    if on_ready is not None:
+        on_ready(url_of(sock))
+    server.run(sockets=[sock])
+
+
+class BackgroundServer:
+    """``with BackgroundServer(engine) as server: requests.post(server.url + "/predict", ...)``."""
+
+    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
+                 graceful_timeout: Optional[float] = None):
+        import uvicorn
+
+        self.engine = engine
+        self.sock = bind(host, port)
+        self.url = url_of(self.sock)
+        self.app = create_app(engine, drain_timeout=graceful_timeout)
+        self.server = uvicorn.Server(_config(self.app, log_level, False, graceful_timeout))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       name="bitfit-serve-http", daemon=True)
+
+    def start(self, timeout: float = 60.0) -> "BackgroundServer":
+        self.thread.start()
+        until = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > until:
+                raise RuntimeError("the background server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Graceful: in-flight requests are answered, the queue drains, then the worker stops."""
+        self.server.should_exit = True
+        self.thread.join(timeout)
+
+    def __enter__(self) -> "BackgroundServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,165 @@
+"""`bitfit-hf serve` over real HTTP on an ephemeral port: concurrent clients over several adapters get what
+each adapter loaded alone answers, requests for different adapters share forward passes, and the routes
+answer in text-embeddings-inference's shape."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from serve_support import adapters, call, metric, predict, specs, start_server  # noqa: F401 - fixtures
+from tiny import alone, tiny_tokenizer
+
+ATOL = 1e-5  # probabilities; a padded mixed batch against one unpadded input alone
+
+
+@pytest.fixture(scope="module")
+def references(adapters):  # noqa: F811
+    return {name: alone(adapters[name]) for name in ("c0", "c1", "c2", "ab", "tag", "qa")}
+
+
+def expected_classification(model, text, pair=None):
+    tok = tiny_tokenizer()
+    with torch.no_grad():
+        probs = model(**tok(text, pair, return_tensors="pt")).logits[0].softmax(-1)
+    return {model.config.id2label[i]: float(p) for i, p in enumerate(probs)}
+
+
+TEXTS = ["the cat sat on the mat", "a very good film", "boring and long", "what a delight", "the dog runs",
+         "it was not fun at all and the ending was sad", "red car", "who did this"]
+
+
+def random_request(rng: random.Random):
+    adapter = rng.choice(["c0", "c1", "c2", "ab"])
+    kind = rng.choice(["single", "pair", "batch"])
+    if kind == "single":
+        return adapter, rng.choice(TEXTS), [(None, None)]
+    if kind == "pair":
+        a, b = rng.sample(TEXTS, 2)
+        return adapter, [a, b], [(a, b)]
+    items = [rng.choice(TEXTS) if rng.random() < 0.5 else rng.sample(TEXTS, 2) for _ in range(rng.randint(1, 5))]
+    inputs = [[x] if isinstance(x, str) else x for x in items]  # [["a"], ["b"]]: a batch of single texts
+    return adapter, inputs, [(x, None) if isinstance(x, str) else tuple(x) for x in items]
+
+
+def test_concurrent_clients_over_several_adapters_equal_each_adapter_alone(adapters, start_server, references):  # noqa: F811
+    server = start_server(specs(adapters, "c0", "c1", "c2", "ab"), max_wait_ms=25, max_batch_size=32)
+    rng = random.Random(0)
+    jobs = [random_request(rng) for _ in range(60)]
+
+    def send(job):
+        adapter, inputs, _ = job
+        return predict(server.url, {"inputs": inputs, "adapter": adapter})
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(send, jobs))
+    for (adapter, inputs, items), (status, _, body) in zip(jobs, answers):
+        assert status == 200, body
+        single = isinstance(inputs, str) or (isinstance(inputs, list) and len(inputs) == 2 and all(isinstance(x, str) for x in inputs))
+        per_input = [body] if single else body
+        assert len(per_input) == len(items)
+        for (text, pair), got in zip(items, per_input):
+            if text is None:
+                text, pair = (inputs, None) if isinstance(inputs, str) else (inputs[0], inputs[1])
+            want = expected_classification(references[adapter], text, pair)
+            assert [g["score"] for g in got] == sorted((g["score"] for g in got), reverse=True)
+            assert {g["label"] for g in got} == set(want)
+            for g in got:
+                assert g["score"] == pytest.approx(want[g["label"]], abs=ATOL)
+    text = call(server.url, "GET", "/metrics")[2]
+    batches = metric(text, "bitfit_serve_batch_adapters_count")
+    one_adapter = metric(text, "bitfit_serve_batch_adapters_bucket", le="1.0")
+    assert batches > 0 and one_adapter < batches, "no forward pass mixed two adapters"
+    assert metric(text, "bitfit_serve_batch_size_count", mode="mixed") > 0
+    assert metric(text, "bitfit_serve_batch_size_count", mode="switch") > 0  # "ab" inserts modules: switched
+    assert sum(metric(text, "bitfit_serve_requests_total", adapter=a, status="200") for a in ("c0", "c1", "c2", "ab")) == 60
+
+
+def test_switch_batching_answers_the_same(adapters, start_server, references):  # noqa: F811
+    server = start_server(specs(adapters, "c0", "c1", "c2"), batching="switch", max_wait_ms=10)
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda i: (i, predict(server.url, {"inputs": TEXTS[i % 8], "adapter": f"c{i % 3}"})), range(18)))
+    for i, (status, _, body) in answers:
+        assert status == 200
+        want = expected_classification(references[f"c{i % 3}"], TEXTS[i % 8])
+        assert {g["label"]: pytest.approx(g["score"], abs=ATOL) for g in body} == want
+    assert all(e["batching"] == "switch" for e in call(server.url, "GET", "/adapters")[2])
+
+
+def test_tagging_and_qa_answers_equal_the_adapters_alone(adapters, start_server, references):  # noqa: F811
+    server = start_server(specs(adapters, "c0", "tag", "qa"))
+    tok = tiny_tokenizer()
+    text = "the cat sat on the mat"
+    status, _, body = predict(server.url, {"inputs": text, "adapter": "tag"})
+    assert status == 200
+    enc = tok(text.split(), is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = references["tag"](**enc).logits[0]
+    firsts = {}
+    for position, word in enumerate(enc.word_ids(0)):
+        if word is not None and word not in firsts:
+            firsts[word] = position
+    tags = [references["tag"].config.id2label[int(logits[firsts[w]].argmax())] for w in range(6)]
+    assert body["tagged"] == " ".join(f"{w}/{t}" for w, t in zip(text.split(), tags))
+    assert [(s["start"], s["end"]) for s in body["spans"]] == [(0, 3), (4, 7), (8, 11), (12, 14), (15, 18), (19, 22)]
+    batch = predict(server.url, {"inputs": [text, "a dog"], "adapter": "tag"})[2]  # a list of texts: a batch
+    assert batch[0] == body and batch[1]["tagged"].startswith("a/")
+
+    question, context = "who sat on the mat", "the cat sat on the mat and the dog runs"
+    status, _, answer = predict(server.url, {"inputs": [question, context], "adapter": "qa"})
+    assert status == 200
+    enc = tok(question, context, return_offsets_mapping=True, return_tensors="pt")
+    offsets = enc.pop("offset_mapping")[0].tolist()
+    seq = enc.sequence_ids(0)
+    with torch.no_grad():
+        out = references["qa"](**enc)
+    ctx = [i for i, s in enumerate(seq) if s == 1]
+    best = max(((s, e) for s in ctx for e in ctx if s <= e < s + 30),
+                key=lambda se: float(out.start_logits[0, se[0]] + out.end_logits[0, se[1]]))
+    assert answer["answer"] == context[offsets[best[0]][0]:offsets[best[1]][1]]
+    assert context[answer["start"]:answer["end"]] == answer["answer"] and 0 < answer["score"] <= 1
+    same = predict(server.url, {"inputs": [{"question": question, "context": context}], "adapter": "qa"})[2]
+    assert same == [answer]
+
+
+def test_routes_adapters_info_health_metrics(adapters, start_server):  # noqa: F811
+    server = start_server(specs(adapters, "c0", "c1", "ab", "tag"))
+    status, _, listed = call(server.url, "GET", "/adapters")
+    assert status == 200
+    by_name = {a["name"]: a for a in listed}
+    assert set(by_name) == {"c0", "c1", "ab", "tag"}
+    assert by_name["c1"]["labels"] == ["s2_seq0", "s2_seq1", "s2_seq2"] and by_name["c1"]["method"] == "bitfit"
+    assert by_name["c1"]["base"] == adapters["base"] and by_name["c1"]["size_bytes"] > 0
+    assert by_name["c1"]["batching"] == "mixed" and by_name["tag"]["task"] == "tagging"
+    assert by_name["ab"]["method"] == "adapterbias" and by_name["ab"]["batching"] == "switch"
+    info = call(server.url, "GET", "/info")[2]
+    assert info["model_id"] == adapters["base"] and info["adapters"] == 4 and info["max_batch_size"] == 32
+    assert info["max_input_length"] == 64 and info["max_client_batch_size"] == 32
+    assert call(server.url, "GET", "/health")[:1] == (200,)
+    predict(server.url, {"inputs": "the cat", "adapter": "c0"})
+    status, headers, text = call(server.url, "GET", "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    for name in ("bitfit_serve_requests_total", "bitfit_serve_request_duration_seconds_bucket", "bitfit_serve_batch_size_bucket",
+                 "bitfit_serve_queue_depth", "bitfit_serve_adapter_switches_total", "bitfit_serve_adapters"):
+        assert name in text, name
+    assert metric(text, "bitfit_serve_requests_total", adapter="c0", status="200") == 1
+    assert metric(text, "bitfit_serve_adapters", mode="mixed") == 3
+    # one served adapter: "adapter" may be left out, as a TEI client would
+    only = start_server(specs(adapters, "c2"))
+    assert predict(only.url, {"inputs": "the cat"})[0] == 200
+
+
+def test_raw_scores_top_k_and_truncation(adapters, start_server, references):  # noqa: F811
+    server = start_server(specs(adapters, "c2"))
+    body = predict(server.url, {"inputs": "the cat", "adapter": "c2", "raw_scores": True})[2]
+    tok = tiny_tokenizer()
+    with torch.no_grad():
+        logits = references["c2"](**tok("the cat", return_tensors="pt")).logits[0]
+    assert {g["label"]: g["score"] for g in body} == pytest.approx(
+        {references["c2"].config.id2label[i]: float(v) for i, v in enumerate(logits)}, abs=1e-4)
+    assert len(predict(server.url, {"inputs": "the cat", "adapter": "c2", "top_k": 2})[2]) == 2
+    long_text = " ".join(["cat"] * 100)  # 102 tokens, the server takes 64
+    status, _, body = predict(server.url, {"inputs": long_text, "adapter": "c2", "truncate": True})
+    assert status == 200 and len(body) == 5
