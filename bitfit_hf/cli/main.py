@@ -16,6 +16,7 @@ from bitfit_hf.cli import (
     info_cmd,
     merge_cmd,
     predict_cmd,
+    serve_cmd,
     study_cmd,
 )
 from bitfit_hf.utils.constants import __version__
@@ -23,7 +24,7 @@ from bitfit_hf.utils.errors import EXIT_USER_ERROR, UserError
 from bitfit_hf.utils.secrets import install_log_redaction, redact_text
 
 PROG = "bitfit-hf"
-VERBS = (info_cmd, hub_cmd, merge_cmd, export_peft_cmd, predict_cmd, assets_cmd, env_cmd, study_cmd)
+VERBS = (info_cmd, hub_cmd, merge_cmd, export_peft_cmd, predict_cmd, serve_cmd, assets_cmd, env_cmd, study_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
