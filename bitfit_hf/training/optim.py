@@ -7,7 +7,8 @@ optimizer.
 
 Tensors a method trains only in some entries (``state.sparse_indices``: the random-subset baselines)
 take no weight decay either, since decoupled decay would shrink their frozen entries, and
-:func:`keep_untrained_entries` puts those entries back after every step of any optimizer.
+:func:`keep_untrained_entries` puts those entries back after every step of any optimizer. Their optimizer
+state is checkpointed for the trained entries only (:func:`compact_sparse_state`).
 """
 
 from __future__ import annotations
@@ -114,3 +115,78 @@ def keep_untrained_entries(optimizer, model: nn.Module, state: BitFitState) -> i
     setattr(optimizer, _GUARD_ATTR, handles)
     return len(watched)
 
+
+
+_COMPACT_ATTR = "_bitfit_compact_sparse_state"
+COMPACT_KEY = "bitfit_sparse_state"  # in a saved optimizer state dict: which entries hold trained entries only
+
+
+def compact_sparse_state(optimizer, model: nn.Module, state: BitFitState) -> bool:
+    """Make ``optimizer.state_dict()`` (what a checkpoint's ``optimizer.pt`` holds) keep, for each tensor trained
+    in some entries only, the state of those entries (AdamW's ``exp_avg`` / ``exp_avg_sq``: one value per trained
+    entry instead of one per entry of the matrix), and ``optimizer.load_state_dict`` put them back in place.
+
+    Lossless by construction: the untrained entries' gradients are masked to zero, so their moments stay zero;
+    a state tensor with any non-zero untrained entry (another optimizer) is saved dense as before. The state
+    the optimizer steps with in memory is unchanged. Returns whether it was installed (a no-op for methods
+    that train whole tensors, and when installed already)."""
+    if not getattr(state, "sparse_indices", None) or getattr(optimizer, _COMPACT_ATTR, False):
+        return False
+    inner = unwrap(model)
+    save, load = optimizer.state_dict, optimizer.load_state_dict
+
+    def sparse_params():
+        """``[(index in the state dict, param, name, flat indices)]`` of the partially trained tensors."""
+        names = {id(p): n for n, p in inner.named_parameters()}
+        indices = state.sparse_indices
+        ordered = [p for group in optimizer.param_groups for p in group["params"]]
+        return [(i, p, names[id(p)], indices[names[id(p)]]) for i, p in enumerate(ordered)
+                if names.get(id(p)) in indices]
+
+    def state_dict():
+        saved = save()
+        entries, packed = dict(saved["state"]), {}
+        for index, param, name, indices in sparse_params():
+            if index not in entries:
+                continue
+            entry, keys = dict(entries[index]), []
+            for key, value in entry.items():
+                if not (isinstance(value, torch.Tensor) and value.shape == param.shape and value.numel() > indices.numel()):
+                    continue
+                flat = value.detach().reshape(-1)
+                where = indices.to(flat.device)
+                untrained = torch.ones(flat.numel(), dtype=torch.bool, device=flat.device)
+                untrained[where] = False
+                if torch.count_nonzero(flat[untrained]):
+                    continue  # not zero outside the trained entries: keep it dense
+                entry[key] = flat[where].clone()
+                keys.append(key)
+            if keys:
+                entries[index] = entry
+                packed[index] = {"name": name, "keys": keys, "shape": list(param.shape)}
+        if not packed:
+            return saved
+        return {**saved, "state": entries, COMPACT_KEY: packed}
+
+    def load_state_dict(saved):
+        packed = saved.get(COMPACT_KEY) if isinstance(saved, dict) else None
+        if packed:
+            entries = dict(saved["state"])
+            found = {name: (index, param, indices) for index, param, name, indices in sparse_params()}
+            for index, info in packed.items():
+                _, param, indices = found[info["name"]]
+                entry = dict(entries[int(index)])
+                for key in info["keys"]:
+                    values = entry[key]
+                    dense = torch.zeros(param.numel(), dtype=values.dtype, device=values.device)
+                    dense[indices.to(values.device)] = values
+                    entry[key] = dense.view(info["shape"])
+                entries[int(index)] = entry
+            saved = {k: v for k, v in saved.items() if k != COMPACT_KEY}
+            saved["state"] = entries
+        return load(saved)
+
+    optimizer.state_dict = state_dict
+    optimizer.load_state_dict = load_state_dict
+    setattr(optimizer, _COMPACT_ATTR, True)
+    return True

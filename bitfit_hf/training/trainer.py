@@ -29,7 +29,7 @@ from bitfit_hf.training.distributed import (
     reset_evaluation_wrapping,
     zero12_evaluation_before_training,
 )
-from bitfit_hf.training.optim import keep_untrained_entries, parameter_groups, without_names
+from bitfit_hf.training.optim import compact_sparse_state, keep_untrained_entries, parameter_groups, without_names
 from bitfit_hf.training.quantized_base import biases_count_as_adapter
 from bitfit_hf.tuners import apply_method, method_label
 from bitfit_hf.tuners.bitfit.config import BitFitConfig
@@ -137,6 +137,7 @@ class BitFitTrainerBase(Trainer):
         # gradient masks and zero-decay groups keep those entries).
         if not self.is_deepspeed_enabled and not is_deepspeed_dummy_optimizer(optimizer):
             keep_untrained_entries(optimizer, self.model, self.bitfit_state)
+            compact_sparse_state(optimizer, self.model, self.bitfit_state)  # optimizer.pt: trained entries only
         return optimizer
 
     def _create_bitfit_optimizer(self, model=None):
