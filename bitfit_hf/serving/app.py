@@ -65,7 +65,10 @@ def create_app(engine: Engine, drain_timeout: Optional[float] = None) -> FastAPI
         if not engine.worker.alive and not engine.worker.draining:
             engine.worker.start()
         yield
-        await asyncio.to_thread(engine.close, drain_timeout)  # answers every queued request first
+        stopped = await asyncio.to_thread(engine.close, drain_timeout)  # answers every queued request first
+        left = engine.worker.queued
+        logger.info("bitfit-hf serve: stopped%s", " after answering every queued request" if stopped and not left
+                    else f"; {left} queued request(s) not answered within --graceful-timeout")
 
     app = FastAPI(title="bitfit-hf serve", version=engine.info()["version"], lifespan=lifespan,
                   description="Many BitFit task adapters on one frozen base, with mixed-task dynamic batching.")

@@ -183,7 +183,11 @@ class Worker:
 
     def _control(self, job: Job) -> None:
         try:
-            job.finish(job.control(), None)
+            # Tensors an adapter brings (tables, inserted modules) must be ordinary tensors: the model keeps
+            # them, and inference tensors made here would break later in-place and version-counter use.
+            with torch.inference_mode(False), torch.no_grad():
+                result = job.control()
+            job.finish(result, None)
         except BaseException as err:  # noqa: BLE001 - reported to the admin request
             job.finish(None, err)
 

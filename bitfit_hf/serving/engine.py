@@ -101,8 +101,9 @@ class Engine:
         if refused:
             raise ServeError("\n".join(refused))
         registry = Registry(Backbone(base_model, config.device, config.dtype), config.batching)
-        for name, reason in registry.add_many(loaded):
-            spec = next(s for s in specs if s.name == name)
+        order = {spec.name: i for i, spec in enumerate(specs)}
+        for name, reason in sorted(registry.add_many(loaded), key=lambda pair: order[pair[0]]):  # as given
+            spec = specs[order[name]]
             refused.append(f"adapter {name!r} ({spec.describe()}): {reason}")
         if refused:
             raise ServeError("\n".join(refused))
