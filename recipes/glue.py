@@ -155,6 +155,7 @@ def main(argv=None):
         processing_class=tokenizer,
         data_collator=collator,
         compute_metrics=make_compute_metrics(task, label_spec.is_regression),
+        adapter_metadata={"text_columns": [key for key in text_keys if key]},  # one text or a pair: predict checks
         **recipe.trainer_options(model_args, bitfit_config),
     )
     recipe.record_run(trainer, parsed)  # the resumed checkpoint checked, then trainable_summary.json, run_args.json

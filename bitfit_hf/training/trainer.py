@@ -67,7 +67,9 @@ class BitFitTrainerBase(Trainer):
 
     With no BitFit argument it trains every bias plus the task head. ``bitfit_config`` picks a preset,
     roles or patterns and per-group learning rates. ``base_model_name_or_path`` /
-    ``base_model_revision`` are recorded in the saved adapter (default: the model's ``_name_or_path``).
+    ``base_model_revision`` are recorded in the saved adapter (default: the model's ``_name_or_path``), and
+    ``adapter_metadata`` in its metadata (the glue recipe's ``text_columns``, which ``bitfit-hf predict`` checks
+    its inputs against).
     ``save_model`` writes the bias-only adapter unless ``bitfit_config.save_full_model`` is set.
     """
 
@@ -79,6 +81,7 @@ class BitFitTrainerBase(Trainer):
         bitfit_config: Optional[BitFitConfig] = None,
         base_model_name_or_path: Optional[str] = None,
         base_model_revision: Optional[str] = None,
+        adapter_metadata: Optional[Dict[str, Any]] = None,
         **trainer_kwargs,
     ):
         if model is None:
@@ -95,6 +98,7 @@ class BitFitTrainerBase(Trainer):
         self.bitfit_state = state
         self.base_model_name_or_path = base_model_name_or_path
         self.base_model_revision = base_model_revision
+        self.adapter_metadata = dict(adapter_metadata or {})  # recorded in every adapter saved (text_columns, ...)
         with biases_count_as_adapter(model, state.selection.trainable_numel):  # QBitFit: quantized bases
             super().__init__(model, args, *trainer_args, **trainer_kwargs)
         protect_secret_fields(self.args)  # training_args.bin (full-model saves) is a pickle of the args
@@ -213,7 +217,7 @@ class BitFitTrainerBase(Trainer):
             return {n: params[n].detach().to("cpu", copy=True).contiguous() for n in names}
 
     def build_adapter(self, tensors: Optional[Dict[str, torch.Tensor]] = None) -> BitFitAdapter:
-        metadata = {"training_args": _public_args(self.args)}
+        metadata = {**self.adapter_metadata, "training_args": _public_args(self.args)}
         return BitFitAdapter.from_model(
             self.model,
             base_model_name_or_path=self.base_model_name_or_path,

