@@ -7,15 +7,21 @@ import os
 from bitfit_hf.cli.errors import CliError
 
 
+def local_path(value: str) -> str:
+    """An argparse ``type`` for paths: ``~`` is the home folder, also where the shell leaves it (``--file=~/x``);
+    a Hub id never starts with ``~`` and is returned as it is."""
+    return os.path.expanduser(value)
+
+
 def add_adapter_arguments(parser, out_dir_help: str | None = None, base_model: bool = False) -> None:
     """The arguments every verb that reads an adapter shares: ``adapter`` (folder or Hub id),
     ``--revision``; optionally ``out_dir`` and ``--base-model``."""
-    parser.add_argument("adapter", help="adapter folder, or Hub id")
+    parser.add_argument("adapter", type=local_path, help="adapter folder, or Hub id")
     if out_dir_help:
-        parser.add_argument("out_dir", help=out_dir_help)
+        parser.add_argument("out_dir", type=local_path, help=out_dir_help)
     parser.add_argument("--revision", help="branch, tag or commit of a Hub adapter")
     if base_model:
-        parser.add_argument("--base-model", help="load this base instead of the one the adapter records")
+        parser.add_argument("--base-model", type=local_path, help="load this base instead of the one the adapter records")
 
 
 def check_local_or_hub_id(source: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from bitfit_hf.cli.adapter_source import local_path
 from bitfit_hf.cli.errors import CliError
 
 
@@ -18,13 +19,13 @@ def register(verbs) -> None:
                                         "HF_HUB_OFFLINE=1 once cached.")
     pull.add_argument("repo_id", help="'namespace/name'")
     pull.add_argument("--revision", help="branch, tag or commit")
-    pull.add_argument("--local-dir", help="also copy the adapter files here")
+    pull.add_argument("--local-dir", type=local_path, help="also copy the adapter files here")
     pull.set_defaults(run=run_pull)
 
     push = verbs.add_parser("push", help="push an adapter folder with a generated model card",
                             description="Push the adapter files and a generated model card in one commit (no commit "
                                         "when nothing changed).")
-    push.add_argument("directory", help="adapter folder (the output of a run)")
+    push.add_argument("directory", type=local_path, help="adapter folder (the output of a run)")
     push.add_argument("repo_id", help="'namespace/name' (created if missing)")
     push.add_argument("--private", action="store_true", default=None, help="create the repo private")
     push.add_argument("--revision", help="branch to push to (created if missing)")

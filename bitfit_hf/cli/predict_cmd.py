@@ -20,7 +20,7 @@ import os
 import sys
 from typing import List, Optional, Tuple
 
-from bitfit_hf.cli.adapter_source import load_adapter_files, load_tokenizer
+from bitfit_hf.cli.adapter_source import load_adapter_files, load_tokenizer, local_path
 from bitfit_hf.cli.errors import CliError
 
 PAIR_SEPARATOR = "|||"
@@ -30,9 +30,9 @@ TASKS = ("SEQ_CLS", "TOKEN_CLS", "QUESTION_ANS")
 def register(verbs) -> None:
     parser = verbs.add_parser("predict", help="run an adapter on texts (labels with scores, tags, or answers)",
                               description=" ".join(__doc__.split("\n\n")[1:3]).replace("\n", " "))
-    parser.add_argument("adapter", help="adapter folder, or Hub id")
+    parser.add_argument("adapter", type=local_path, help="adapter folder, or Hub id")
     parser.add_argument("texts", nargs="*", metavar="TEXT", help=f"inputs; a pair as 'first {PAIR_SEPARATOR} second'")
-    parser.add_argument("--file", help="read inputs from this file, one per line (a tab separates a pair)")
+    parser.add_argument("--file", type=local_path, help="read inputs from this file, one per line (a tab separates a pair)")
     parser.add_argument("--top-k", type=int, default=1, help="labels to print per input (classification)")
     parser.add_argument("--revision", help="branch, tag or commit of a Hub adapter")
     parser.add_argument("--max-length", type=int, default=512)

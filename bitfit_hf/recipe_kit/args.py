@@ -414,6 +414,37 @@ def _to_argv(values: Dict[str, Any]) -> List[str]:
     return out
 
 
+#: Flags whose value is a local path (or a Hub id, which never starts with ``~``): ``~`` is the home folder there,
+#: also where the shell does not expand it (``--output_dir=~/runs/a``, a value in a .json / .yaml arguments file).
+PATH_FLAGS = ("output_dir", "logging_dir", "model_name_or_path", "config_name", "tokenizer_name", "cache_dir",
+              "adapter_name_or_path", "train_file", "validation_file", "test_file", "validation_mismatched_file",
+              "test_mismatched_file", "resume_from_checkpoint", "deepspeed")
+
+
+def _expand_home(value: Any) -> Any:
+    return os.path.expanduser(value) if isinstance(value, str) and value.startswith("~") else value
+
+
+def _expand_home_in_argv(argv: List[str]) -> List[str]:
+    out: List[str] = []
+    expect = False
+    for token in argv:
+        if expect and not token.startswith("--"):
+            out.append(_expand_home(token))
+            expect = False
+            continue
+        expect = False
+        if token.startswith("--"):
+            name, eq, value = token[2:].partition("=")
+            if name.replace("-", "_") in PATH_FLAGS:
+                if eq:
+                    token = f"--{name}={_expand_home(value)}"
+                else:
+                    expect = True
+        out.append(token)
+    return out
+
+
 def _load_args_file(path: str) -> Dict[str, Any]:
     with open(path, encoding="utf-8") as handle:
         if path.endswith(".json"):
@@ -472,12 +503,13 @@ def parse_recipe_args(
     from transformers import HfArgumentParser, TrainingArguments
 
     training_class = training_class or recipe_training_class(TrainingArguments)
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _expand_home_in_argv(list(sys.argv[1:] if argv is None else argv))
     parser = HfArgumentParser((ModelArguments, data_class, BitFitArguments, training_class))
 
     from_file = len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml"))
     if from_file:
-        file_values = _load_args_file(os.path.abspath(argv[0]))
+        file_values = _load_args_file(os.path.abspath(os.path.expanduser(argv[0])))
+        file_values = {k: _expand_home(v) if k in PATH_FLAGS else v for k, v in file_values.items()}
         given = set(file_values)
         method = file_values.get("method", "bitfit")
         shared = str(file_values.get("share_alpha", False)).lower() in ("true", "1", "yes")

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import time
@@ -32,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     option("budget", choices=list(BUDGETS), default="default",
            help="default: every testable claim within an hour on a 2-core CPU; full: the GPU grid; smoke: "
            "a few tiny runs that check the machinery")
-    option("output_dir", default=None, help="where cells, runs and the report go (default outputs/study-<budget>)")
-    option("model_name_or_path", default=None,
+    option("output_dir", type=os.path.expanduser, default=None, help="where cells, runs and the report go (default outputs/study-<budget>)")
+    option("model_name_or_path", type=os.path.expanduser, default=None,
            help="model for every cell (default: all-MiniLM-L6-v2 from its wheel); a base-size model with --device cuda")
     option("device", choices=["auto", "cpu", "cuda"], default="auto",
            help="auto: what the recipes pick (GPU when present); cpu; cuda (fails without a GPU)")
@@ -50,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     option("report_only", action="store_true", help="rebuild the report from the finished cells; run nothing")
     option("retry_failed", action="store_true", help="run failed cells again (default: keep their failure)")
     option("keep_outputs", action="store_true", help="keep each run's weights (default: only its JSON/logs)")
-    option("recipes_dir", default=None, help="the folder holding glue.py, pos.py, squad.py (default: the checkout's)")
+    option("recipes_dir", type=os.path.expanduser, default=None, help="the folder holding glue.py, pos.py, squad.py (default: the checkout's)")
     option("no_progress", action="store_true", help="no progress bar (one line per finished cell instead)")
 
 
