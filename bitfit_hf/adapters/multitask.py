@@ -125,7 +125,7 @@ class MultiTaskModel(nn.Module):
         self._build_tables()
         self._routing_ids: Optional[torch.Tensor] = None
         self._signature = None
-        self._deltas: Dict[str, torch.Tensor] = {}
+        self._routed: Dict[str, Optional[torch.Tensor]] = {}  # module -> its current bias, for modules some task changes
 
     # ---- set-up --------------------------------------------------------------------------------
     def _build_tables(self) -> None:
@@ -226,21 +226,23 @@ class MultiTaskModel(nn.Module):
         bias = getattr(self._bias_modules[name], "bias", None)
         return bias.data if isinstance(bias, torch.Tensor) else None
 
-    def _delta_tables(self) -> Dict[str, torch.Tensor]:
-        """``table - current bias`` per module, recomputed only when a bias tensor was swapped or changed
-        (e.g. ``AdapterBank.activate``)."""
+    def _routed_modules(self) -> Dict[str, Optional[torch.Tensor]]:
+        """The modules whose bias some example must change (a row of ``table - current bias`` is not zero),
+        with their current bias; recomputed only when a bias tensor was swapped or changed (e.g.
+        ``AdapterBank.activate``). Only the tables are kept: each forward subtracts the current bias from the
+        rows it picks, which gives the same numbers as a kept ``table - current`` without a second copy of
+        every task's biases."""
         current = {n: self._current_bias(n) for n in self.bias_names}
         signature = tuple((c.data_ptr(), c._version) if c is not None else None for c in current.values())
         if signature != self._signature:
-            deltas = {}
+            routed = {}
             for name, table in self._tables.items():
                 cur = current[name]
-                delta = table if cur is None else table - cur.reshape(1, -1).to(table.dtype)
-                if torch.count_nonzero(delta):
-                    deltas[name] = delta
-            self._deltas = deltas
+                if cur is None or not torch.equal(table, cur.reshape(1, -1).to(table.dtype).expand_as(table)):
+                    routed[name] = cur
+            self._routed = routed
             self._signature = signature
-        return self._deltas
+        return self._routed
 
     def _bias_hook(self, name: str):
         def hook(module, args, output):
@@ -254,7 +256,11 @@ class MultiTaskModel(nn.Module):
                     f"MultiTaskModel: the output of {name.rpartition('.')[0]!r} has shape {tuple(tensor.shape)}, "
                     f"not [batch={batch}, ..., features]; this attention/packing layout is not supported."
                 )
-            delta = self._deltas[name].index_select(0, ids).to(tensor.dtype)
+            delta = self._tables[name].index_select(0, ids)
+            cur = self._routed[name]
+            if cur is not None:
+                delta = delta - cur.reshape(1, -1).to(delta.dtype)
+            delta = delta.to(tensor.dtype)
             delta = delta.view(batch, *([1] * (tensor.dim() - 2)), delta.shape[-1])
             if torch.is_grad_enabled() and tensor.requires_grad:
                 tensor = tensor + delta
@@ -266,8 +272,8 @@ class MultiTaskModel(nn.Module):
 
     @contextlib.contextmanager
     def _routing(self, task_ids: torch.Tensor, widths: Dict[int, int]):
-        deltas = self._delta_tables()
-        handles = [self._bias_modules[n].register_forward_hook(self._bias_hook(n)) for n in deltas]
+        routed = self._routed_modules()
+        handles = [self._bias_modules[n].register_forward_hook(self._bias_hook(n)) for n in routed]
         swapped = []
         try:
             for head, module in self._head_modules.items():
