@@ -127,6 +127,16 @@ class Worker:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def run_batch(self, jobs: List[Job]) -> None:
+        """Run prediction jobs now, on the caller's thread, as the worker runs one batch (mixed groups in one
+        forward pass each, switched adapters grouped). For embedding the batcher in another serving stack's
+        batch handler (a LitServe ``predict``, a Ray Serve ``@serve.batch`` method): only when :meth:`start`
+        was never called, so one thread owns the models."""
+        if self._thread.is_alive():
+            raise RuntimeError("run_batch() is for a worker that was not started: the worker thread owns the models.")
+        with torch.inference_mode():
+            self._predict(jobs)
+
     # ---- the worker thread --------------------------------------------------------------------
     def _take(self, job: Job) -> None:
         self._queue.popleft()

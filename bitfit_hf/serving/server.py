@@ -17,6 +17,7 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(2048)  # connections made before uvicorn accepts wait in the backlog instead of being refused
     sock.set_inheritable(True)
     return sock
 
