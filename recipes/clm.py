@@ -33,6 +33,7 @@ from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import (
     check_text_values,
     load_raw_datasets,
+    report_cut,
     require_columns,
     sample_limit,
     select_samples,
@@ -89,9 +90,11 @@ def make_text_examples(tokenizer, column: str, block_size: int, packing: bool):
 
     def tokenize(batch):
         ids = [tokenizer(text, add_special_tokens=True)["input_ids"] + eos for text in batch[column]]
-        if not packing:
+        if not packing:  # one text per example, cut at block_size (counted: report_cut warns)
+            cut = [len(x) > block_size for x in ids]
             ids = [x[:block_size] for x in ids]
-            return {"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids], "labels": [list(x) for x in ids]}
+            return {"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids], "labels": [list(x) for x in ids],
+                    "cut": cut}
         flat = list(chain.from_iterable(ids))
         usable = (len(flat) // block_size) * block_size  # the tail shorter than a block is dropped, as run_clm does
         blocks = [flat[i : i + block_size] for i in range(0, usable, block_size)]
@@ -113,14 +116,16 @@ def make_instruction_examples(tokenizer, prompt_column: str, response_column: st
         else:
             prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
             response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + eos
+        full = len(prompt_ids) + len(response_ids)
         ids = (list(prompt_ids) + response_ids)[:block_size]
         labels = ([-100] * len(prompt_ids) + response_ids)[:block_size]
-        return ids, labels
+        return ids, labels, full > block_size, len(prompt_ids) >= block_size
 
     def tokenize(batch):
-        pairs = [encode(p, r) for p, r in zip(batch[prompt_column], batch[response_column])]
-        return {"input_ids": [i for i, _ in pairs], "attention_mask": [[1] * len(i) for i, _ in pairs],
-                "labels": [lab for _, lab in pairs]}
+        # cut: the example was longer than block_size; no_target: not one response token left (report_cut)
+        rows = [encode(p, r) for p, r in zip(batch[prompt_column], batch[response_column])]
+        return {"input_ids": [row[0] for row in rows], "attention_mask": [[1] * len(row[0]) for row in rows],
+                "labels": [row[1] for row in rows], "cut": [row[2] for row in rows], "no_target": [row[3] for row in rows]}
 
     return tokenize
 
@@ -175,11 +180,11 @@ def main(argv=None):
     packed = data_args.packing and not instruction
     with training_args.main_process_first(desc="tokenising"):
         features = {
-            split: select_samples(
+            split: report_cut(select_samples(
                 dataset.map(tokenize, batched=True, remove_columns=dataset.column_names,
                             num_proc=data_args.preprocessing_num_workers,
                             load_from_cache_file=not data_args.overwrite_cache, desc=f"Tokenising {split}"),
-                sample_limit(data_args, split), split)
+                sample_limit(data_args, split), split), split, f"--block_size {block_size}")
             for split, dataset in splits.items()
         }
     collator = default_data_collator if packed else DataCollatorForSeq2Seq(

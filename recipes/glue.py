@@ -24,7 +24,14 @@ from transformers import AutoModelForSequenceClassification, DataCollatorWithPad
 from bitfit_hf import BitFitTrainer
 from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
 from bitfit_hf.recipe_kit import run as recipe
-from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, split_source, splits_in_use
+from bitfit_hf.recipe_kit.data import (
+    load_raw_datasets,
+    report_cut,
+    sample_limit,
+    select_samples,
+    split_source,
+    splits_in_use,
+)
 from bitfit_hf.recipe_kit.loading import ensure_pad_token
 from bitfit_hf.recipe_kit.tasks.classification import (
     canonicalize_glue_columns,
@@ -141,6 +148,7 @@ def main(argv=None):
             )
             for split, dataset in splits.items()
         }
+    features = {split: report_cut(f, split, f"--max_seq_length {max_seq_length}") for split, f in features.items()}
     if data_args.pad_to_max_length:
         collator = default_data_collator
     else:

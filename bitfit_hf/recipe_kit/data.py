@@ -48,6 +48,7 @@ __all__ = [
     "require_split",
     "require_columns",
     "check_text_values",
+    "report_cut",
     "diagnose_data_file",
     "split_source",
     "select_samples",
@@ -534,6 +535,28 @@ def require_columns(dataset, split: str, columns: Iterable[Optional[str]], what:
             f"the {split!r} split has no column {', '.join(repr(m) for m in missing)}{(' ' + what) if what else ''}; "
             f"its columns are: {', '.join(have) or 'none'}."
         )
+
+
+def report_cut(dataset, split: str, limit: str):
+    """Report what tokenising cut, and drop the marker columns: ``cut`` (an example longer than ``limit``, e.g.
+    ``"--max_seq_length 128"``, lost its end) and ``no_target`` (instruction data: no response token left, so
+    the example trains nothing). A warning counts them; a split where no example keeps a target is an error."""
+    columns = [c for c in ("cut", "no_target") if c in dataset.column_names]
+    if not columns:
+        return dataset
+    total = len(dataset)
+    cut = sum(map(bool, dataset["cut"])) if "cut" in columns else 0
+    empty = sum(map(bool, dataset["no_target"])) if "no_target" in columns else 0
+    if total and empty == total:
+        raise RecipeError(f"none of the {total} examples of the {split} split keeps a response token within {limit}: "
+                          "each prompt fills the whole block, so there is nothing to learn. Raise it, or shorten the "
+                          "prompts.")
+    if cut:
+        message = f"{cut} of {total} examples of the {split} split were cut at {limit} (their ends are not used)"
+        if empty:
+            message += f"; {empty} of them kept no response token ({'it trains' if empty == 1 else 'they train'} nothing)"
+        logger.warning("%s. Raise it to keep them whole.", message)
+    return dataset.remove_columns(columns)
 
 
 def select_samples(dataset, max_samples: Optional[int], split: str):

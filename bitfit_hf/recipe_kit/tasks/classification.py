@@ -264,9 +264,14 @@ def check_texts(dataset, split: str, keys: Sequence[Optional[str]], source: Opti
 
 
 def make_tokenize_function(tokenizer, key1: str, key2: Optional[str], max_seq_length: int, padding) -> Callable:
+    """Tokenise one text or a pair, cut at ``max_seq_length``; a fast tokenizer also marks each example it cut
+    (column ``cut``, counted and dropped by :func:`bitfit_hf.recipe_kit.data.report_cut`)."""
     def tokenize(batch):
         texts = (batch[key1],) if key2 is None else (batch[key1], batch[key2])
-        return tokenizer(*texts, padding=padding, max_length=max_seq_length, truncation=True)
+        encoded = tokenizer(*texts, padding=padding, max_length=max_seq_length, truncation=True)
+        if getattr(encoded, "encodings", None):
+            encoded["cut"] = [bool(e.overflowing) for e in encoded.encodings]
+        return encoded
 
     return tokenize
 
