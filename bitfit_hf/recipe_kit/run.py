@@ -36,7 +36,12 @@ from bitfit_hf.recipe_kit.args import (
 )
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.recipe_kit.output_dir import check_output_dir, claim_output_dir, release_output_dir
-from bitfit_hf.training.checkpoints import check_resume_config, last_complete_checkpoint, resolve_resume_checkpoint
+from bitfit_hf.training.checkpoints import (
+    check_resume_config,
+    check_same_training,
+    last_complete_checkpoint,
+    resolve_resume_checkpoint,
+)
 from bitfit_hf.utils.constants import RUN_ARGS_NAME, SUMMARY_NAME
 from bitfit_hf.utils.errors import exit_on_user_error
 from bitfit_hf.utils.io import write_json_atomic
@@ -67,6 +72,7 @@ __all__ = [
     "finish_run",
     "save_metrics",
     "check_resume_target",
+    "check_adapter_target",
     "record_run",
     "write_trainable_summary",
     "write_run_args",
@@ -150,6 +156,7 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     bitfit_config = parsed.bitfit.bitfit_config()
     check_output_dir(parsed.training)  # an earlier run's outputs: refused before anything is loaded or written
     check_resume_target(parsed, bitfit_config)  # a checkpoint of another method or selection: refused here too
+    check_adapter_target(parsed, bitfit_config)  # so is training on from an adapter of another method
     # _bitfit_run.lock: no other live run writes here (released by finish_run). Every process has checked the
     # folder before the one that saves goes on (a barrier under a multi-process launch).
     with parsed.training.main_process_first(local=not parsed.training.save_on_each_node, desc="claiming --output_dir"):
@@ -402,6 +409,21 @@ def check_resume_target(parsed: ParsedArgs, bitfit_config) -> None:
     if value is None or not training.do_train:
         return
     check_resume_config(resolve_resume_checkpoint(value, training.output_dir), bitfit_config)
+
+
+def check_adapter_target(parsed: ParsedArgs, bitfit_config) -> None:
+    """Before the model loads: training on from ``--adapter_name_or_path`` needs the adapter's method and
+    selection (another one would train a new selection over the loaded tensors and save an adapter without
+    them); evaluating or predicting with it needs nothing more."""
+    model_args, training = parsed.model, parsed.training
+    if not model_args.adapter_name_or_path or not training.do_train:
+        return
+    from bitfit_hf.adapters.adapter import BitFitAdapter
+
+    recorded = BitFitAdapter.from_pretrained(model_args.adapter_name_or_path).config
+    check_same_training(recorded, bitfit_config, f"--adapter_name_or_path {model_args.adapter_name_or_path!r}",
+                        advice="Train on with the adapter's --method and flags, or leave --adapter_name_or_path out to "
+                               "start afresh.", error=RecipeError)
 
 
 def record_run(trainer, parsed: ParsedArgs) -> None:

@@ -169,26 +169,38 @@ def check_resume_config(path: str, config: Any) -> None:
     from bitfit_hf.adapters.adapter import BitFitAdapter
     from bitfit_hf.tuners import method_label
 
-    name = os.path.basename(os.path.normpath(path))
-    asked = method_label(config)
+    name = f"the checkpoint {os.path.basename(os.path.normpath(path))}"
     full_run = bool(getattr(config, "is_full_finetuning", False) or getattr(config, "save_full_model", False))
-    afresh = "Resume with the checkpoint's settings, or start afresh (another --output_dir, or --overwrite_output_dir)."
     if not os.path.isfile(os.path.join(path, WEIGHTS_NAME)):
         if full_run:
             return
-        raise CheckpointError(f"the checkpoint {name} holds a full model (--method full or --save_full_model); this run "
-                              f"asks for --method {asked} and saves an adapter. {afresh}")
-    recorded = BitFitAdapter.from_directory(path).config
+        raise CheckpointError(f"{name} holds a full model (--method full or --save_full_model); this run asks for "
+                              f"--method {method_label(config)} and saves an adapter. {_AFRESH}")
+    check_same_training(BitFitAdapter.from_directory(path).config, config, name)
+
+
+_AFRESH = ("Resume with the checkpoint's --method and flags, or start afresh (another --output_dir, or "
+           "--overwrite_output_dir).")
+
+
+def check_same_training(recorded: Any, config: Any, subject: str, advice: str = _AFRESH,
+                        error: type = CheckpointError) -> None:
+    """``recorded`` (an adapter's config) was trained with the method and selection of ``config`` (a run's method
+    config), else ``error`` naming both as the recipes' flags, about ``subject`` ("the checkpoint checkpoint-2",
+    "--adapter_name_or_path 'x'"). Training on from an adapter of another method or selection would train a new
+    selection over the loaded one and save an adapter without the loaded tensors."""
+    from bitfit_hf.tuners import method_label
+
+    asked = method_label(config)
     trained = method_label(recorded)
+    full_run = bool(getattr(config, "is_full_finetuning", False) or getattr(config, "save_full_model", False))
     if full_run:
-        raise CheckpointError(f"the checkpoint {name} holds a --method {trained} adapter; this run asks for --method "
-                              f"{asked}" + (" --save_full_model" if asked != "full" else "") + f" (a full model). {afresh}")
+        raise error(f"{subject} holds a --method {trained} adapter; this run asks for --method {asked}"
+                    + (" --save_full_model" if asked != "full" else "") + f" (a full model). {advice}")
     if trained != asked:
-        raise CheckpointError(f"the checkpoint {name} was trained with --method {trained}; this run asks for --method "
-                              f"{asked}. Resume with --method {trained}, or start afresh (another --output_dir, or "
-                              "--overwrite_output_dir).")
+        raise error(f"{subject} was trained with --method {trained}; this run asks for --method {asked}. {advice}")
     theirs, ours = _selection_fields(recorded, recorded.method), _selection_fields(config, recorded.method)
     for flag, value in ours.items():
         if flag in theirs and theirs[flag] != value:
-            raise CheckpointError(f"the checkpoint {name} was trained with {flag} {_shown(theirs[flag])}; this run asks "
-                                  f"for {flag} {_shown(value)}. {afresh}")
+            raise error(f"{subject} was trained with {flag} {_shown(theirs[flag])}; this run asks for {flag} "
+                        f"{_shown(value)}. {advice}")

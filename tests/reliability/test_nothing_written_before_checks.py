@@ -20,6 +20,7 @@ from bitfit_hf.training.checkpoints import CheckpointError
 from bitfit_hf.tuners import apply_method
 from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
 from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
+from bitfit_hf.tuners.random_subset import RandUniformConfig
 
 sys.path.insert(0, str(REPO / "tests" / "recipes"))
 from recipe_support import load_recipe  # noqa: E402
@@ -33,6 +34,7 @@ RECIPE_CONFIGS = {
     "bitfit_lora": lambda: BitFitLoraConfig(lora_r=8, lora_alpha=16, lora_dropout=0.1),
     "adapterbias": lambda: AdapterBiasConfig(),
     "frozen": lambda: BitFitConfig(bias_terms="frozen"),
+    "rand_uniform": lambda: RandUniformConfig(),
 }
 
 
@@ -168,3 +170,31 @@ def test_a_real_failed_resume_leaves_the_run_it_resumes_from_intact(capsys, tmp_
     main(["--output_dir", str(tmp_path / "lora"), "--method", "lora", "--resume_from_checkpoint", "last", *common,
           "--max_steps", "4"])
     assert (tmp_path / "lora" / "checkpoint-4" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("trained,asked,extra", [("rand_uniform", "bitfit", []), ("lora", "bitfit_lora", []),
+                                                 ("bitfit", "bitfit", ["--bias_terms", "b_q"])])
+def test_training_on_from_an_adapter_of_another_method_is_refused_before_loading(capsys, tmp_path, stop_before_loading,
+                                                                                 trained, asked, extra):
+    """--adapter_name_or_path with --do_train continues the adapter: with another method (or selection) the run
+    trained a new selection on top of the loaded one and saved an adapter that lost the loaded tensors."""
+    model = tiny_bert()
+    apply_method(model, RECIPE_CONFIGS[trained]())
+    BitFitAdapter.from_model(model).save_pretrained(str(tmp_path / "adapter"))
+    main = load_recipe("glue").main
+    with pytest.raises(SystemExit):
+        recipe_run.cli_entry(lambda: main(["--output_dir", str(tmp_path / "out"), "--do_train", "--method", asked,
+                                           "--adapter_name_or_path", str(tmp_path / "adapter"), *extra]))
+    err = capsys.readouterr().err
+    line = [x for x in err.splitlines() if "error:" in x][-1]
+    if extra:
+        assert "was trained with --bias_terms all; this run asks for --bias_terms b_q" in line
+    else:
+        assert f"was trained with --method {trained}; this run asks for --method {asked}" in line
+    assert f"--adapter_name_or_path {str(tmp_path / 'adapter')!r}" in line
+    assert not (tmp_path / "out").exists()
+    # evaluating it (no training) is fine whatever --method says
+    with pytest.raises(SystemExit):
+        recipe_run.cli_entry(lambda: main(["--output_dir", str(tmp_path / "out"), "--do_eval", "--method", asked,
+                                           "--adapter_name_or_path", str(tmp_path / "adapter")]))
+    assert capsys.readouterr().err.strip().endswith(REACHED)
