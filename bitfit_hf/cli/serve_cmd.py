@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     missing = _missing_extra()
     if missing:
         raise CliError(f"serve needs {missing.replace('_', '-')}: pip install 'bitfit-hf[serve]'.")
-    from bitfit_hf.serving.config import ServeConfig, parse_adapter_arg, read_adapters_file, unique_specs
+    from bitfit_hf.serving.config import ServeConfig, ServeError, parse_adapter_arg, read_adapters_file, unique_specs
     from bitfit_hf.serving.engine import Engine
     from bitfit_hf.serving.server import serve_forever
 
@@ -87,17 +87,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         engine = Engine.create(specs, config, base_model=base_model, tokenizer=args.tokenizer,
                                admin_token=Engine.admin_token_from_env(), start=False)
-    except CliError:
-        raise
-    except Exception as err:  # one line per refused adapter, then the usual error line
-        from bitfit_hf.utils.errors import UserError
-
-        if not isinstance(err, UserError):
-            raise
+    except ServeError as err:
         lines = str(err).splitlines()
-        for line in lines[:-1]:
+        if not all(line.startswith("adapter '") for line in lines):
+            raise
+        for line in lines:  # one line per refused adapter, then the summary
             print(f"bitfit-hf serve: error: {line}", file=sys.stderr)
-        raise CliError(lines[-1] + (" Nothing is served." if len(lines) > 1 or "adapter " in lines[-1] else "")) from None
+        raise CliError(f"{len(lines)} of {len(specs)} adapter(s) refused; nothing is served.") from None
 
     def ready(url: str) -> None:
         entries = engine.registry.entries

@@ -188,6 +188,10 @@ class Engine:
             raise InputError(422, "'top_k' is a positive integer.")
         if direction not in ("Right", "Left"):
             raise InputError(422, "'truncation_direction' is \"Right\" or \"Left\".")
+        if entry.task != "SEQ_CLS" and not getattr(self.tokenizer, "is_fast", False):
+            raise InputError(422, f"adapter {entry.name!r} tags words or answers questions, which needs the word and "
+                                  "character offsets of a fast tokenizer; start the server with --tokenizer pointing "
+                                  "at one (a tokenizer.json).")
         parsed = parse_inputs(entry.task, body.get("inputs"))
         if len(parsed.items) > self.config.max_client_batch_size:
             raise InputError(413, f"{len(parsed.items)} inputs in one request; this server takes at most "

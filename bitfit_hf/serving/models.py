@@ -168,7 +168,8 @@ class Entry:
     def describe(self, base: Optional[str]) -> Dict[str, Any]:
         cfg = self.config
         return {
-            "name": self.name, "source": self.source, "revision": self.revision or cfg.metadata.get("resolved_commit"),
+            "name": self.name, "source": self.source, "revision": self.revision,
+            "commit": cfg.metadata.get("resolved_commit"),  # what a Hub id resolved to
             "method": cfg.method, "task": TASKS[self.task], "base": cfg.base_model_name_or_path,
             "served_on": base, "labels": [self.id2label[i] for i in sorted(self.id2label)],
             "size_bytes": self.size_bytes, "batching": self.mode,
