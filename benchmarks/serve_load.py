@@ -1,0 +1,330 @@
+"""`bitfit-hf serve` under a closed-loop load: 1, 8 and 64 adapters on one all-MiniLM-L6-v2, localhost only.
+
+    python benchmarks/serve_load.py              # the table in benchmarks/README.md (a few minutes)
+    python benchmarks/serve_load.py --quick      # 1 and 8 adapters, few requests (the test suite runs it)
+
+What it does:
+
+1. Builds N BitFit adapters on all-MiniLM-L6-v2 the way the default recipe trains them (the checkpoint's mean
+   pooling, biases ``all`` + a 2-label head; values randomly perturbed, which changes no timing) in a temp
+   folder, plus an adapters file per configuration.
+2. For each configuration starts ``bitfit-hf serve`` as a subprocess on an ephemeral port (``--threads``
+   torch threads, default 1), waits for ``/health``, sends a warm-up, then runs a **closed loop**:
+   ``--clients`` threads, each with one keep-alive connection, each sending its next ``POST /predict`` (one
+   sentence, an adapter drawn uniformly from the N) as soon as the previous answer arrives, until
+   ``--requests`` answers have come back. Requests/s = answers / wall time; p50 / p99 of the per-request
+   latency seen by the client. Every answer must be 200.
+3. Resident memory of the server process (``VmRSS`` after the load, and ``VmHWM``) from /proc.
+4. Configurations: (a) one adapter; mixed batching with 8 and 64; (b) 64 adapters switched per forward
+   pass (``--batching switch``: requests for different adapters never share a forward pass); (c) one full
+   model copy per task, memory only, computed: the one-adapter server's RSS + (N-1) x the model's bytes.
+   Configurations run ``--reps`` times in rotating order so the machine's background load hits them alike;
+   the table gives the median of each number and the median of the per-rep ratios to the one-adapter run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+WORDS = ("the a film movie story plot actor actress director scene ending music was is felt seemed very quite "
+         "rather truly good bad great terrible boring gripping witty dull slow fast long short funny sad moving "
+         "and but with without its this that every most some charming tedious brilliant awful clever "
+         "predictable beautiful ugly warm cold honest fake").split()
+
+
+def sentences(n: int, seed: int = 0) -> List[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 24))) + "." for _ in range(n)]
+
+
+def build_adapters(root: str, n: int) -> Dict[str, str]:
+    """``n`` pooled MiniLM BitFit adapters in ``root``; returns ``{name: folder}``."""
+    import torch
+    import transformers as T
+
+    from bitfit_hf import BitFitAdapter, BitFitConfig, apply_bitfit
+    from bitfit_hf.data.assets import minilm_path
+    from bitfit_hf.utils.sentence_pooling import checkpoint_pooling, install_sentence_pooling
+
+    T.logging.set_verbosity_error()
+    path = minilm_path()
+    torch.manual_seed(0)
+    model = T.AutoModelForSequenceClassification.from_pretrained(
+        path, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
+    install_sentence_pooling(model, checkpoint_pooling(path))  # as `accelerate launch recipes/glue.py` trains
+    apply_bitfit(model, BitFitConfig("all"))
+    trained = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    start = {name: p.detach().clone() for name, p in trained.items()}
+    found = {}
+    for i in range(n):
+        g = torch.Generator().manual_seed(i)
+        with torch.no_grad():
+            for name, p in trained.items():
+                p.copy_(start[name] + 0.05 * torch.randn(p.shape, generator=g))
+        folder = os.path.join(root, f"task{i:02d}")
+        BitFitAdapter.from_model(model).save_pretrained(folder)
+        found[f"task{i:02d}"] = folder
+    return found
+
+
+def model_bytes() -> int:
+    """Bytes of one full MiniLM classification model (parameters + buffers), as each per-task copy would hold."""
+    import torch
+    import transformers as T
+
+    from bitfit_hf.data.assets import minilm_path
+
+    config = T.AutoConfig.from_pretrained(minilm_path(), num_labels=2)
+    with torch.device("meta"):
+        model = T.AutoModelForSequenceClassification.from_config(config)
+    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _status(pid: int) -> Dict[str, int]:
+    found = {}
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(value.split()[0]) * 1024
+    return found
+
+
+class Server:
+    def __init__(self, adapters_file: str, tokenizer: str, batching: str, threads: int, max_batch: int, wait_ms: float):
+        # `bitfit-hf serve` through its own verb module only (the same code path; another verb's state in a
+        # working tree being edited cannot stop the benchmark)
+        launcher = ("import argparse, logging, sys; from bitfit_hf.cli import serve_cmd; "
+                    "p = argparse.ArgumentParser(prog='bitfit-hf'); serve_cmd.register(p.add_subparsers(dest='verb')); "
+                    "a = p.parse_args(sys.argv[1:]); logging.basicConfig(level=logging.WARNING, format='%(message)s'); "
+                    "sys.exit(a.run(a))")
+        args = [sys.executable, "-c", launcher, "serve", "--adapters-file", adapters_file, "--tokenizer", tokenizer, "--port", "0",
+                "--threads", str(threads), "--batching", batching, "--max-batch-size", str(max_batch),
+                "--max-wait-ms", str(wait_ms), "--max-queue", "1024", "--log-level", "warning"]
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        self.url = None
+        lines = []
+        until = time.monotonic() + 600
+        while self.url is None and time.monotonic() < until:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            found = re.search(r"listening on http://([^:/]+):(\d+)", line)
+            if found:
+                self.host, self.port = found.group(1), int(found.group(2))
+                self.url = f"http://{self.host}:{self.port}"
+        if self.url is None:
+            self.stop()
+            raise RuntimeError("the server did not start:\n" + "".join(lines[-20:]))
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()  # keep draining its stderr
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def closed_loop(server: Server, names: List[str], texts: List[str], clients: int, requests: int, seed: int) -> dict:
+    """``clients`` threads, one keep-alive connection each, until ``requests`` answers came back."""
+    lock = threading.Lock()
+    sent = [0]
+    latencies: List[float] = []
+    failures: List[str] = []
+
+    def client(k: int) -> None:
+        rng = random.Random(seed * 1000 + k)
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+        while True:
+            with lock:
+                if sent[0] >= requests:
+                    break
+                sent[0] += 1
+            body = json.dumps({"inputs": rng.choice(texts), "adapter": rng.choice(names)})
+            began = time.perf_counter()
+            conn.request("POST", "/predict", body=body, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            payload = response.read()
+            elapsed = time.perf_counter() - began
+            with lock:
+                latencies.append(elapsed)
+                if response.status != 200:
+                    failures.append(f"{response.status} {payload[:200]!r}")
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - began
+    latencies.sort()
+
+    def pct(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(round(q * (len(latencies) - 1))))]
+
+    return {"requests": len(latencies), "wall_s": wall, "rps": len(latencies) / wall, "p50_ms": 1000 * pct(0.50),
+            "p99_ms": 1000 * pct(0.99), "mean_ms": 1000 * statistics.fmean(latencies), "failures": failures[:5],
+            "failed": len(failures)}
+
+
+def metrics_of(server: Server) -> Dict[str, float]:
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    found = {}
+    for line in text.splitlines():
+        for key in ("bitfit_serve_batch_size_sum", "bitfit_serve_batch_size_count", "bitfit_serve_batch_adapters_sum",
+                    "bitfit_serve_batch_adapters_count", "bitfit_serve_adapter_switches_total"):
+            if line.startswith(key):
+                found[key] = found.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts: List[str], workdir: str, rep: int) -> dict:
+    names = sorted(adapters)[: cfg["n"]]
+    spec_file = os.path.join(workdir, f"{cfg['key']}.json")
+    with open(spec_file, "w") as handle:
+        json.dump({"adapters": {n: adapters[n] for n in names}}, handle)
+    server = Server(spec_file, tokenizer, cfg["batching"], args.threads, args.max_batch_size, args.max_wait_ms)
+    try:
+        warm = closed_loop(server, names, texts, args.clients, args.warmup, seed=10_000 + rep)
+        before = metrics_of(server)
+        cpu_before = _cpu_seconds(server.proc.pid)
+        result = closed_loop(server, names, texts, args.clients, args.requests, seed=rep)
+        cpu = _cpu_seconds(server.proc.pid) - cpu_before
+        after = metrics_of(server)
+        memory = _status(server.proc.pid)
+    finally:
+        server.stop()
+    if warm["failed"] or result["failed"]:
+        raise RuntimeError(f"{cfg['key']}: {result['failed'] + warm['failed']} failed requests: {result['failures'] or warm['failures']}")
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    batches = delta.get("bitfit_serve_batch_size_count", 0.0) or 1.0
+    return {**result, "rss_bytes": memory["VmRSS"], "server_cpu_ms": 1000 * cpu / result["requests"], "hwm_bytes": memory["VmHWM"],
+            "mean_batch": delta.get("bitfit_serve_batch_size_sum", 0.0) / batches,
+            "mean_adapters_per_batch": delta.get("bitfit_serve_batch_adapters_sum", 0.0) / (delta.get("bitfit_serve_batch_adapters_count") or 1.0),
+            "switches": delta.get("bitfit_serve_adapter_switches_total", 0.0)}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 and 8 adapters, 60 requests, 1 rep")
+    parser.add_argument("--adapters", default=None, help="comma list of adapter counts (default 1,8,64)")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent closed-loop clients (default 16)")
+    parser.add_argument("--requests", type=int, default=None, help="measured requests per run (default 600)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up requests per run (default 64)")
+    parser.add_argument("--reps", type=int, default=None, help="runs of each configuration, rotating order (default 2)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the server (default 1)")
+    parser.add_argument("--max-batch-size", type=int, default=32)
+    parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--markdown", default=None)
+    args = parser.parse_args(argv)
+    counts = [int(x) for x in (args.adapters or ("1,8" if args.quick else "1,8,64")).split(",")]
+    args.requests = args.requests or (60 if args.quick else 600)
+    args.warmup = args.warmup or (16 if args.quick else 64)
+    reps = args.reps or (1 if args.quick else 2)
+    info = machine_info()
+    info["load_before"] = load_average()
+    info["torch_threads"] = args.threads
+    info["command"] = " ".join(["python benchmarks/serve_load.py", *(argv if argv is not None else sys.argv[1:])])
+    from bitfit_hf.data.assets import minilm_path
+
+    configs = [{"key": "one", "n": 1, "batching": "mixed", "what": "(a) one adapter"}]
+    configs += [{"key": f"mixed-{n}", "n": n, "batching": "mixed", "what": f"{n} adapters, mixed batches"} for n in counts if n > 1]
+    biggest = max(counts)
+    if biggest > 1:
+        configs.append({"key": f"switch-{biggest}", "n": biggest, "batching": "switch",
+                        "what": f"(b) {biggest} adapters, switching per forward pass"})
+    texts = sentences(200)
+    runs: Dict[str, List[dict]] = {c["key"]: [] for c in configs}
+    with tempfile.TemporaryDirectory() as workdir:
+        print(f"building {biggest} adapters ...", file=sys.stderr, flush=True)
+        adapters = build_adapters(workdir, biggest)
+        for rep in range(reps):
+            order = configs[rep % len(configs):] + configs[: rep % len(configs)]
+            for cfg in order:
+                result = run_config(cfg, adapters, minilm_path(), args, texts, workdir, rep)
+                runs[cfg["key"]].append(result)
+                print(f"rep {rep} {cfg['key']}: {result['rps']:.1f} req/s, p50 {result['p50_ms']:.1f} ms, "
+                      f"p99 {result['p99_ms']:.1f} ms, RSS {result['rss_bytes'] / 2**20:.0f} MiB, "
+                      f"batch {result['mean_batch']:.1f} inputs / {result['mean_adapters_per_batch']:.1f} adapters",
+                      file=sys.stderr, flush=True)
+    full_model = model_bytes()
+    info["load_after"] = load_average()
+    rows = []
+    one = runs["one"]
+    for cfg in configs:
+        rs = runs[cfg["key"]]
+        med = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50_ms", "p99_ms", "server_cpu_ms", "rss_bytes", "hwm_bytes",
+                                                                 "mean_batch", "mean_adapters_per_batch", "switches")}
+        med["rps_vs_one"] = statistics.median(r["rps"] / o["rps"] for r, o in zip(rs, one))
+        med["cpu_vs_one"] = statistics.median(r["server_cpu_ms"] / o["server_cpu_ms"] for r, o in zip(rs, one))
+        med["rss_vs_one"] = statistics.median(r["rss_bytes"] / o["rss_bytes"] for r, o in zip(rs, one))
+        rows.append({**cfg, **med, "runs": rs})
+    one_rss = statistics.median(r["rss_bytes"] for r in one)
+    copies = {n: one_rss + (n - 1) * full_model for n in counts}
+    results = {"configs": rows, "full_model_bytes": full_model, "full_copies_rss_bytes": copies, "clients": args.clients,
+               "requests": args.requests, "reps": reps, "threads": args.threads, "max_batch_size": args.max_batch_size,
+               "max_wait_ms": args.max_wait_ms, "info": info}
+    md = ["| configuration | adapters | req/s | vs one adapter | p50 ms | p99 ms | server CPU ms / request | vs one adapter "
+          "| inputs / forward | adapters / forward | RSS MiB | RSS vs one adapter |",
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        md.append(f"| {row['what']} | {row['n']} | {row['rps']:.1f} | {row['rps_vs_one']:.3f}× | {row['p50_ms']:.1f} | "
+                  f"{row['p99_ms']:.1f} | {row['server_cpu_ms']:.1f} | {row['cpu_vs_one']:.3f}× | {row['mean_batch']:.1f} | {row['mean_adapters_per_batch']:.1f} | "
+                  f"{row['rss_bytes'] / 2**20:.0f} | {row['rss_vs_one']:.3f}× |")
+    for n, value in copies.items():
+        if n > 1:
+            md.append(f"| (c) one full model copy per task, memory only (computed) | {n} | – | – | – | – | – | – | – | – | "
+                      f"{value / 2**20:.0f} | {value / one_rss:.2f}× |")
+    md.append("")
+    md.append(f"Closed loop: {args.clients} clients, {args.requests} measured requests per run after {args.warmup} "
+              f"warm-up, {reps} run(s) per configuration in rotating order (medians; ratios are medians of per-run "
+              f"ratios); one sentence of 6-24 words per request, adapter drawn uniformly; server `--threads "
+              f"{args.threads} --max-batch-size {args.max_batch_size} --max-wait-ms {args.max_wait_ms}`; client "
+              f"and server on the same machine (localhost). (c) = one-adapter RSS + (N-1) × {full_model / 2**20:.1f} "
+              "MiB (MiniLM's parameters and buffers, float32). Server CPU ms / request: the server process's user + system "
+              "CPU time during the measured requests over their number (less sensitive to other load on the machine "
+              "than req/s).")
+    markdown = "\n".join(md) + "\n\n" + footer(info)
+    print(markdown)
+    write_outputs(args.json, args.markdown, results, markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
