@@ -163,3 +163,66 @@ def test_raw_scores_top_k_and_truncation(adapters, start_server, references):  #
     long_text = " ".join(["cat"] * 100)  # 102 tokens, the server takes 64
     status, _, body = predict(server.url, {"inputs": long_text, "adapter": "c2", "truncate": True})
     assert status == 200 and len(body) == 5
+
+
+def test_lora_and_gain_adapters_are_switched_and_answer_as_alone(adapters, start_server, tmp_path):  # noqa: F811
+    """BitFit + LoRA (LoRA branches inserted) and a `one-d` adapter (LayerNorm gains) cannot be routed per example:
+    they are served by switching, beside mixed ones, with the answers of each adapter loaded alone."""
+    from tiny import make_adapter
+
+    from bitfit_hf import BitFitConfig, BitFitLoraConfig
+    from bitfit_hf.serving.config import AdapterSpec
+
+    lora = make_adapter(adapters["base"], str(tmp_path / "lora"), 3, seed=31, scale=0.2,
+                        method_config=BitFitLoraConfig(lora_r=4, lora_alpha=8, lora_dropout=0.0))
+    gains = make_adapter(adapters["base"], str(tmp_path / "gains"), 2, seed=32, method_config=BitFitConfig("one-d"))
+    server = start_server([*specs(adapters, "c0", "c1"), AdapterSpec("lora", lora), AdapterSpec("gains", gains)],
+                          max_wait_ms=20)
+    modes = {a["name"]: a["batching"] for a in call(server.url, "GET", "/adapters")[2]}
+    assert modes == {"c0": "mixed", "c1": "mixed", "lora": "switch", "gains": "switch"}
+    folders = {"c0": adapters["c0"], "c1": adapters["c1"], "lora": lora, "gains": gains}
+    models = {name: alone(folder) for name, folder in folders.items()}
+    jobs = [(name, text) for text in TEXTS[:4] for name in folders]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda job: predict(server.url, {"inputs": job[1], "adapter": job[0]}), jobs))
+    for (name, text), (status, _, body) in zip(jobs, answers):
+        assert status == 200, body
+        want = expected_classification(models[name], text)
+        assert {g["label"]: g["score"] for g in body} == pytest.approx(want, abs=ATOL), name
+
+
+@pytest.mark.slow
+def test_pooled_minilm_adapters_mixed_equal_each_alone(minilm_dir, start_server, tmp_path):  # noqa: F811
+    """The default recipe's kind of adapter (MiniLM classified through its mean pooling), three of them mixed."""
+    import transformers as T
+
+    from bitfit_hf import BitFitAdapter, BitFitConfig, apply_bitfit
+    from bitfit_hf.serving.config import AdapterSpec
+    from bitfit_hf.utils.sentence_pooling import checkpoint_pooling, install_sentence_pooling
+
+    folders = {}
+    for seed, labels in enumerate([2, 3, 2]):
+        torch.manual_seed(seed)
+        model = T.AutoModelForSequenceClassification.from_pretrained(minilm_dir, num_labels=labels)
+        install_sentence_pooling(model, checkpoint_pooling(minilm_dir))
+        apply_bitfit(model, BitFitConfig("all"))
+        with torch.no_grad():
+            for param in model.parameters():
+                if param.requires_grad:
+                    param.add_(0.05 * torch.randn_like(param))
+        folders[f"m{seed}"] = str(tmp_path / f"m{seed}")
+        BitFitAdapter.from_model(model).save_pretrained(folders[f"m{seed}"])
+    server = start_server([AdapterSpec(n, f) for n, f in folders.items()], max_wait_ms=20)
+    tok = T.AutoTokenizer.from_pretrained(minilm_dir)
+    texts = ["a gripping, beautiful film.", "dull and far too long", "it was fine, I suppose.", "what a mess"]
+    jobs = [(name, text) for text in texts for name in folders]
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda job: predict(server.url, {"inputs": job[1], "adapter": job[0]}), jobs))
+    assert all(a["sentence_pooling"] == "mean" and a["batching"] == "mixed" for a in call(server.url, "GET", "/adapters")[2])
+    models = {name: alone(folder) for name, folder in folders.items()}
+    for (name, text), (status, _, body) in zip(jobs, answers):
+        assert status == 200, body
+        with torch.no_grad():
+            probs = models[name](**tok(text, return_tensors="pt")).logits[0].softmax(-1)
+        assert {g["label"]: g["score"] for g in body} == pytest.approx(
+            {models[name].config.id2label[i]: float(p) for i, p in enumerate(probs)}, abs=ATOL)
