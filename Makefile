@@ -65,8 +65,9 @@ $(STAMP_DEV): pyproject.toml constraints-cpu.txt $(STAMP_TORCH)
 	touch $@ $(STAMP_DEMO)
 
 # The recipe fetches its default model and data on first use (one log line each, a progress bar).
+# The demo replaces its own earlier output (a recipe refuses a used --output_dir unless told to).
 demo: $(STAMP_DEMO)
-	$(BIN)/accelerate launch recipes/glue.py
+	$(BIN)/accelerate launch recipes/glue.py --overwrite_output_dir
 
 # The tests run offline (HF_HUB_OFFLINE=1), so every real model and data file is fetched first.
 setup: $(STAMP_DEV)
