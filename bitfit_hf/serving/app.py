@@ -166,6 +166,7 @@ async def _run(engine: Engine, request: Request, entry, encoded, began: float):
     if future in finished:
         return future.result()  # an InputError (e.g. removed while queued) raises here
     job.cancelled = True
+    future.cancel()  # the worker's late answer (a 499 / 504 of its own) is then dropped, not left unread
     if gone in finished:
         logger.info("bitfit-hf serve: client left before its answer (adapter %r)", entry.name)
         raise InputError(499, "the client closed the connection.", "cancelled")
