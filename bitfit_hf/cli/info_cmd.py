@@ -46,6 +46,8 @@ def describe(adapter, folder: str) -> List[Tuple[str, str]]:
     ]
     if labels:
         rows.append(("labels", ", ".join(str(name) for _, name in labels)))
+    if cfg.sentence_pooling:
+        rows.append(("pooling", f"{cfg.sentence_pooling} (the base's sentence-transformers pooling; its pooler removed)"))
     rows += [
         ("trained roles", " ".join(roles) + (" + head" if "head" in summary.get("per_role", {}) else "") or "head only"),
         ("parameters", f"{trained:,} trained{fraction}; {summary.get('bias_params', 0):,} outside the head"),

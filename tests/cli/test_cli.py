@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 import torch
 import transformers as T
 
@@ -251,3 +252,32 @@ def test_the_base_is_not_looked_for_when_the_adapter_has_its_tokenizer(minilm_di
 
     monkeypatch.setattr(assets, "packaged_copy_or", refuse)
     assert load_tokenizer(str(out), BitFitAdapter.from_directory(str(out)).config) is not None
+
+
+def test_info_and_predict_on_an_adapter_that_classifies_from_mean_pooling(minilm_dir, tmp_path, capsys):
+    """The default recipe's adapters classify from MiniLM's own mean pooling: info says so, and predict
+    rebuilds that pooling (the probabilities are those of the trained model)."""
+    from bitfit_hf.utils.sentence_pooling import install_sentence_pooling
+
+    torch.manual_seed(0)
+    model = T.AutoModelForSequenceClassification.from_pretrained(
+        minilm_dir, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
+    install_sentence_pooling(model, "mean")
+    apply_bitfit(model, BitFitConfig("all"))
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(0.05 * torch.randn_like(param))
+    out = tmp_path / "pooled"
+    save_adapter(model, str(out))
+    tokenizer = T.AutoTokenizer.from_pretrained(minilm_dir)
+    tokenizer.save_pretrained(str(out))
+    assert main(["info", str(out)]) == 0
+    assert "pooling       mean (the base's sentence-transformers pooling" in capsys.readouterr().out
+    assert main(["predict", str(out), "a gripping film"]) == 0
+    printed = capsys.readouterr().out.strip().split("\t")[0].split()
+    with torch.no_grad():
+        probs = model.eval()(**tokenizer(["a gripping film"], return_tensors="pt")).logits.softmax(-1)[0]
+    label = int(probs.argmax())
+    assert printed[0] == ["negative", "positive"][label]
+    assert float(printed[1]) == pytest.approx(float(probs[label]), abs=1e-4)
