@@ -27,13 +27,13 @@ _EXPORTS = {
     "export_peft": "adapters.peft_export",
     "MultiTaskModel": "adapters.multitask",
     "MultiTaskOutput": "adapters.multitask",
-    "BitFitConfig": "tuners.bitfit.config",
+    "BitFitConfig": "tuners.bias.config",
     "BitFitLoraConfig": "tuners.bitfit_lora.config",
-    "BitFitState": "tuners.bitfit.model",
-    "apply_bitfit": "tuners.bitfit.model",
-    "get_bitfit_state": "tuners.bitfit.model",
-    "Selection": "tuners.bitfit.selection",
-    "resolve": "tuners.bitfit.selection",
+    "BitFitState": "tuners.bias.model",
+    "apply_bitfit": "tuners.bias.model",
+    "get_bitfit_state": "tuners.state",
+    "Selection": "tuners.bias.selection",
+    "resolve": "tuners.bias.selection",
     "TrainableSummary": "tuners.bitfit.summary",
     "ALL_ROLES": "tuners.roles",
     "PAPER_ROLES": "tuners.roles",
@@ -72,11 +72,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from bitfit_hf.hub.client import download_adapter, push_adapter_to_hub  # noqa: F401
     from bitfit_hf.hub.errors import HubError  # noqa: F401
     from bitfit_hf.hub.trainer import BitFitTrainer  # noqa: F401
-    from bitfit_hf.tuners.bitfit.config import BitFitConfig  # noqa: F401
-    from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit, get_bitfit_state  # noqa: F401
-    from bitfit_hf.tuners.bitfit.selection import Selection, resolve  # noqa: F401
+    from bitfit_hf.tuners.bias.config import BitFitConfig  # noqa: F401
+    from bitfit_hf.tuners.bias.model import BitFitState, apply_bitfit  # noqa: F401
+    from bitfit_hf.tuners.bias.selection import Selection, resolve  # noqa: F401
     from bitfit_hf.tuners.bitfit.summary import TrainableSummary  # noqa: F401
     from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig  # noqa: F401
     from bitfit_hf.tuners.errors import SelectionError  # noqa: F401
     from bitfit_hf.tuners.roles import ALL_ROLES, PAPER_ROLES, PRESETS  # noqa: F401
+    from bitfit_hf.tuners.state import get_bitfit_state  # noqa: F401
     from bitfit_hf.utils.errors import UserError  # noqa: F401

@@ -33,8 +33,8 @@ from bitfit_hf.adapters.integrity import tensors_digest, verify_tensors
 from bitfit_hf.adapters.peft_format import load_peft_beft, peft_type_of
 from bitfit_hf.adapters.remote import remote_store
 from bitfit_hf.tuners import apply_method, method_spec
-from bitfit_hf.tuners.bitfit.config import BitFitConfig
-from bitfit_hf.tuners.bitfit.model import get_bitfit_state, trainable_state_dict, unwrap
+from bitfit_hf.tuners.bias.config import BitFitConfig
+from bitfit_hf.tuners.state import get_bitfit_state, trainable_state_dict, unwrap
 from bitfit_hf.utils.base_loading import describe_base_loading
 from bitfit_hf.utils.constants import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, __version__
 from bitfit_hf.utils.io import write_bytes_atomic, write_json_atomic, write_text_atomic

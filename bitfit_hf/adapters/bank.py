@@ -24,8 +24,7 @@ from torch import nn
 from bitfit_hf.adapters import sparse as sparse_format
 from bitfit_hf.adapters.adapter import BitFitAdapter, prepare_base_for
 from bitfit_hf.adapters.config import AdapterError, BaseModelMismatchError
-from bitfit_hf.tuners.bitfit.layer import add_zero_bias, has_bias, remove_added_bias
-from bitfit_hf.tuners.bitfit.model import unwrap
+from bitfit_hf.tuners.bias.layer import add_zero_bias, has_bias, remove_added_bias
 from bitfit_hf.tuners.bitfit_lora.layer import (
     ADAPTER_NAME,
     inject_lora,
@@ -35,6 +34,7 @@ from bitfit_hf.tuners.bitfit_lora.layer import (
     lora_module_of,
     stock_name,
 )
+from bitfit_hf.tuners.state import unwrap
 from bitfit_hf.utils.fingerprint import base_fingerprint
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from bitfit_hf.tuners import config_from_dict
-from bitfit_hf.tuners.bitfit.config import BitFitConfig
+from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.utils.constants import CONFIG_NAME, __version__
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.secrets import redact

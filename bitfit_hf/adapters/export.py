@@ -21,8 +21,8 @@ from torch import nn
 
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.tuners import method_spec
-from bitfit_hf.tuners.bitfit.layer import HOOK
-from bitfit_hf.tuners.bitfit.model import get_bitfit_state, unwrap
+from bitfit_hf.tuners.bias.layer import HOOK
+from bitfit_hf.tuners.state import get_bitfit_state, unwrap
 from bitfit_hf.utils.constants import CONFIG_NAME
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.sentence_pooling import sentence_pooling_of

@@ -42,7 +42,7 @@ from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.tuners import method_spec
-from bitfit_hf.tuners.bitfit.layer import HOOK_ATTR
+from bitfit_hf.tuners.bias.layer import HOOK_ATTR
 from bitfit_hf.tuners.bitfit_lora.layer import is_lora_tensor
 from bitfit_hf.utils.names import is_under
 

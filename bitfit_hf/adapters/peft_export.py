@@ -30,7 +30,7 @@ from bitfit_hf.adapters.auto import AutoBitFitModel
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.adapters.export import check_export_target, replace_dir
 from bitfit_hf.tuners import METHODS
-from bitfit_hf.tuners.bitfit.selection import resolve
+from bitfit_hf.tuners.bias.selection import resolve
 from bitfit_hf.utils.constants import CONFIG_NAME
 from bitfit_hf.utils.io import read_json_object
 from bitfit_hf.utils.names import is_under

@@ -18,10 +18,10 @@ from torch import nn
 
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.tuners import apply_method
-from bitfit_hf.tuners.bitfit.config import BitFitConfig
-from bitfit_hf.tuners.bitfit.layer import has_bias
-from bitfit_hf.tuners.bitfit.model import unwrap
-from bitfit_hf.tuners.bitfit.selection import detect_head_modules
+from bitfit_hf.tuners.bias.config import BitFitConfig
+from bitfit_hf.tuners.bias.layer import has_bias
+from bitfit_hf.tuners.bias.selection import detect_head_modules
+from bitfit_hf.tuners.state import unwrap
 from bitfit_hf.utils.constants import CONFIG_NAME, WEIGHTS_NAME
 from bitfit_hf.utils.io import read_json_object
 from bitfit_hf.utils.names import is_under

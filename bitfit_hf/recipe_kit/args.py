@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
-from bitfit_hf.tuners.bitfit.config import BitFitConfig
+from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
 from bitfit_hf.tuners.roles import ALL_ROLES
 from bitfit_hf.utils.constants import DEFAULT_MODEL_ID

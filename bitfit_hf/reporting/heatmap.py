@@ -283,7 +283,7 @@ def snapshot_biases(model: nn.Module, names: Optional[Iterable[str]] = None) -> 
     ``names`` defaults to every parameter whose name ends in ``.bias``. Under DeepSpeed ZeRO-3 the
     parameters are gathered first (collective: call it on every rank).
     """
-    from bitfit_hf.tuners.bitfit.model import unwrap
+    from bitfit_hf.tuners.state import unwrap
     from bitfit_hf.utils.zero import gathered
 
     params = dict(unwrap(model).named_parameters())
@@ -294,7 +294,7 @@ def snapshot_biases(model: nn.Module, names: Optional[Iterable[str]] = None) -> 
 
 def _base_tensors(base, names: List[str], cfg: AdapterConfig) -> Dict[str, torch.Tensor]:
     if isinstance(base, nn.Module):
-        from bitfit_hf.tuners.bitfit.model import get_bitfit_state, unwrap
+        from bitfit_hf.tuners.state import get_bitfit_state, unwrap
 
         if get_bitfit_state(base) is not None:
             logger.warning("The base model given for the bias change was prepared with apply_bitfit: "

@@ -29,11 +29,11 @@ from bitfit_hf.adapters.config import AdapterConfig
 from bitfit_hf.adapters.sparse import tensor_names
 from bitfit_hf.reporting.heatmap import BiasChange, classify
 from bitfit_hf.tuners import METHODS, method_spec
-from bitfit_hf.tuners.bitfit.summary import TrainableSummary
 from bitfit_hf.tuners.bitfit_lora import LORA
 from bitfit_hf.tuners.bitfit_lora.layer import is_lora_tensor
 from bitfit_hf.tuners.random_subset.model import RANDOM
 from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
+from bitfit_hf.tuners.summary import TrainableSummary
 from bitfit_hf.utils.constants import (
     BIAS_CHANGE_JSON,
     BIAS_CHANGE_PNG,

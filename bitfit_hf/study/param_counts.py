@@ -50,9 +50,9 @@ def count_bias_fraction(config) -> Dict[str, float]:
     import torch
     from transformers import AutoModel
 
-    from bitfit_hf.tuners.bitfit.config import BitFitConfig
-    from bitfit_hf.tuners.bitfit.selection import resolve
-    from bitfit_hf.tuners.bitfit.summary import TrainableSummary
+    from bitfit_hf.tuners.bias.config import BitFitConfig
+    from bitfit_hf.tuners.bias.selection import resolve
+    from bitfit_hf.tuners.summary import TrainableSummary
 
     with torch.device("meta"):
         model = AutoModel.from_config(config)

@@ -570,7 +570,7 @@ def keep_bitfit_groups_in_deepspeed_optimizer(trainer, dummy) -> Any:
     checking that they hold exactly the same tensors; DeepSpeed builds the optimizer type its config
     names over them. Returns ``dummy``.
     """
-    from bitfit_hf.tuners.bitfit.model import unwrap
+    from bitfit_hf.tuners.state import unwrap
 
     check_deepspeed_optimizer(trainer)
     groups = [{k: v for k, v in group.items() if k != "name"} for group in trainer.bitfit_parameter_groups(unwrap(trainer.model))]

@@ -18,8 +18,9 @@ from typing import Any, Dict, Iterable, List, Optional
 import torch
 from torch import nn
 
-from bitfit_hf.tuners.bitfit.model import BitFitState, unwrap
-from bitfit_hf.tuners.bitfit.selection import HEAD, layer_depths
+from bitfit_hf.tuners.bias.selection import HEAD, layer_depths
+from bitfit_hf.tuners.state import TunerState as BitFitState
+from bitfit_hf.tuners.state import unwrap
 
 _GUARD_ATTR = "_bitfit_untrained_entries_guard"
 

@@ -32,9 +32,9 @@ from bitfit_hf.training.distributed import (
 from bitfit_hf.training.optim import compact_sparse_state, keep_untrained_entries, parameter_groups, without_names
 from bitfit_hf.training.quantized_base import biases_count_as_adapter
 from bitfit_hf.tuners import apply_method, method_label
-from bitfit_hf.tuners.bitfit.config import BitFitConfig
-from bitfit_hf.tuners.bitfit.model import adapter_parameter_names, get_bitfit_state, unwrap
+from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.tuners.errors import SelectionError
+from bitfit_hf.tuners.state import adapter_parameter_names, get_bitfit_state, unwrap
 from bitfit_hf.utils.constants import BIAS_CHANGE_JSON, SUMMARY_NAME, WEIGHTS_NAME
 from bitfit_hf.utils.io import write_json_atomic
 from bitfit_hf.utils.secrets import protect_secret_fields

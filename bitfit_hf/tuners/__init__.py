@@ -21,8 +21,8 @@ from torch import nn
 
 from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
 from bitfit_hf.tuners.adapterbias.model import apply_adapterbias, insert_shifts
-from bitfit_hf.tuners.bitfit.config import BitFitConfig
-from bitfit_hf.tuners.bitfit.model import BitFitState, apply_bitfit
+from bitfit_hf.tuners.bias.config import BitFitConfig
+from bitfit_hf.tuners.bias.model import BitFitState, apply_bitfit
 from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
 from bitfit_hf.tuners.bitfit_lora.model import apply_bitfit_lora
 from bitfit_hf.tuners.random_subset import RandRowColConfig, RandUniformConfig, apply_random_subset

@@ -20,7 +20,7 @@ from typing import Iterable, List
 import torch
 from torch import nn
 
-from bitfit_hf.tuners.bitfit.layer import HOOK_ATTR
+from bitfit_hf.tuners.bias.layer import HOOK_ATTR
 from bitfit_hf.utils.base_loading import quantization_method
 from bitfit_hf.utils.errors import UserError
 

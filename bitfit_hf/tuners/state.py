@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+import torch
 from torch import nn
 
 from bitfit_hf.tuners.roles import HEAD  # noqa: F401 - the head role, read from here by the methods
 from bitfit_hf.tuners.summary import TrainableSummary
+from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.sentence_pooling import untrained_modules
 
 
@@ -133,3 +135,25 @@ def get_tuner_state(model: nn.Module) -> Optional[TunerState]:
 
 def set_tuner_state(model: nn.Module, state: TunerState) -> None:
     setattr(unwrap(model), STATE_ATTR, state)
+
+
+def get_bitfit_state(model: nn.Module) -> Optional[TunerState]:
+    """The state of a model prepared by any method (the name predates the other methods), or ``None``."""
+    return get_tuner_state(model)
+
+
+def trainable_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
+    """The tensors a BitFit adapter carries: every selected tensor plus the head, detached, on CPU."""
+    state = get_bitfit_state(model)
+    if state is None:
+        raise ValueError("This model was not prepared with a bitfit-hf method (apply_method / apply_bitfit); there is no selection to save.")
+    params = dict(unwrap(model).named_parameters())
+    return {name: params[name].detach().to("cpu").contiguous() for name in adapter_parameter_names(model, state)}
+
+
+def adapter_parameter_names(model: nn.Module, state: TunerState) -> List[str]:
+    """Trained tensors plus the whole head: the head travels with the adapter even when frozen,
+    because a stock model's head is randomly initialised."""
+    heads = state.selection.head_modules
+    head = [n for n, _ in unwrap(model).named_parameters() if is_under(n, heads)]
+    return list(dict.fromkeys(state.selection.parameter_names + head))

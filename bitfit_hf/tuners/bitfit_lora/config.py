@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Dict, List, Optional, Tuple, Union
 
-from bitfit_hf.tuners.bitfit.config import BitFitConfig
+from bitfit_hf.tuners.bias.config import BitFitConfig
 
 LORA = "lora"  # the role of a LoRA matrix in a selection (and the name of its optimizer group)
 

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from bitfit_hf.tuners.bitfit.model import apply_bitfit
+from bitfit_hf.tuners.bias.model import apply_bitfit
 from bitfit_hf.tuners.bitfit_lora.config import LORA, BitFitLoraConfig
 from bitfit_hf.tuners.bitfit_lora.layer import (
     inject_lora,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from bitfit_hf.tuners.bitfit.config import BitFitConfig
+from bitfit_hf.tuners.bias.config import BitFitConfig
 
 
 @dataclass

@@ -7,9 +7,9 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from bitfit_hf.tuners.bitfit.config import BitFitConfig
-from bitfit_hf.tuners.bitfit.model import BitFitState, get_bitfit_state, set_tuner_state
-from bitfit_hf.tuners.bitfit.selection import (
+from bitfit_hf.tuners.bias.config import BitFitConfig
+from bitfit_hf.tuners.bias.model import BitFitState
+from bitfit_hf.tuners.bias.selection import (
     HEAD,
     Selection,
     TrainedTensor,
@@ -21,6 +21,7 @@ from bitfit_hf.tuners.grad_mask import GradMask
 from bitfit_hf.tuners.random_subset.config import RandomSubsetConfig
 from bitfit_hf.tuners.random_subset.draw import candidate_weights, draw_rows_cols, draw_uniform
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, match_role, roles_for
+from bitfit_hf.tuners.state import get_bitfit_state, set_tuner_state
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.fingerprint import base_fingerprint
 from bitfit_hf.utils.names import is_under
