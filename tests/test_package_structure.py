@@ -135,3 +135,45 @@ def test_no_private_attribute_of_another_package_module_is_read():
                     and isinstance(node.value, ast.Name) and node.value.id in imported):
                 offenders.append(f"{module}:{node.lineno} reads {node.value.id}.{node.attr}")
     assert offenders == []
+
+
+SHARED_TUNER_PACKAGES = {"bitfit_hf.tuners.bias"}  # BitFit's selection: shared by every bias-selecting method
+
+
+def _method_folders() -> Set[str]:
+    """The packages under tuners/ that hold a registered method's config or apply function (``bitfit``'s live in
+    the shared tuners/bias/; its folder is tuners/bitfit/)."""
+    from bitfit_hf.tuners import METHODS
+
+    folders = {"bitfit_hf.tuners.bitfit"}
+    for spec in METHODS.values():
+        for obj in (spec.config_class, spec.apply):
+            parts = obj.__module__.split(".")
+            if parts[:2] == ["bitfit_hf", "tuners"] and len(parts) > 3 and ".".join(parts[:3]) not in SHARED_TUNER_PACKAGES:
+                folders.add(".".join(parts[:3]))
+    return folders
+
+
+def test_the_independence_contract_lists_every_method_folder():
+    import tomllib
+
+    contracts = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    listed = {m for c in contracts if c["type"] == "independence" for m in c["modules"]}
+    folders = _method_folders()
+    assert {"bitfit_hf.tuners.bitfit_lora", "bitfit_hf.tuners.adapterbias"} <= folders
+    assert folders <= listed, f"method folders missing from the independence contract: {sorted(folders - listed)}"
+
+
+def test_upper_layers_name_no_method_but_through_the_registry():
+    """adapters/, reporting/, training/, hub/, cli/, study/, serving/ and recipe_kit/ import no method folder; only
+    the recipes' argument file (each method's flags) and the package root (public names) do."""
+    folders = tuple(_method_folders())
+    allowed = {"bitfit_hf", "bitfit_hf.recipe_kit.args"}
+    upper = ("adapters", "reporting", "training", "hub", "cli", "study", "serving", "recipe_kit")
+    found = [
+        f"{importer}:{line} imports {target}"
+        for importer, target, _, line in _imports(_modules())
+        if importer.split(".")[1:2] and importer.split(".")[1] in upper and importer not in allowed
+        and any(target == f or target.startswith(f + ".") for f in folders)
+    ]
+    assert found == []

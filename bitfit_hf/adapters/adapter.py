@@ -34,6 +34,7 @@ from bitfit_hf.adapters.peft_format import load_peft_beft, peft_type_of
 from bitfit_hf.adapters.remote import remote_store
 from bitfit_hf.tuners import apply_method, method_spec
 from bitfit_hf.tuners.bias.config import BitFitConfig
+from bitfit_hf.tuners.peft_layers import is_wrapped_base_tensor
 from bitfit_hf.tuners.state import get_bitfit_state, trainable_state_dict, unwrap
 from bitfit_hf.utils.base_loading import describe_base_loading
 from bitfit_hf.utils.constants import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, __version__
@@ -271,7 +272,11 @@ class BitFitAdapter:
         the stock model lacks (the selection check after preparing names a missing one)."""
         params = dict(model.named_parameters())
         added = {f"{m}.bias" for m in self.config.added_biases}
-        inserts_modules = _method_spec_of(self.config).inserts_modules
+        spec = _method_spec_of(self.config)
+
+        def inserted(name: str) -> bool:  # a tensor of a module the method inserts (or a peft-wrapped base layer)
+            return spec.inserts_modules and (spec.tensor_role is None or spec.tensor_role(name) is not None
+                                             or is_wrapped_base_tensor(name))
         try:
             dense, sparse = sparse_format.split(self.tensors, self.config.sparse_parameters)
         except KeyError as err:
@@ -286,7 +291,7 @@ class BitFitAdapter:
             if problems:
                 raise AdapterError(f"The adapter's sparse tensors do not fit this model: {problems[0]}.")
         for name, tensor in dense.items():
-            if before_prepare and name not in params and (name in added or inserts_modules):
+            if before_prepare and name not in params and (name in added or inserted(name)):
                 continue
             if name not in params:
                 raise AdapterError(
@@ -362,8 +367,6 @@ def _warn_stale_config(directory: str, config_path: str, error: Optional[Excepti
 def method_fields(config) -> dict:
     """The fields a method adds to :class:`BitFitConfig` (stored as ``method_config``); none for BitFit.
     Training-only fields (learning rates, ``save_full_model``) are left out."""
-    if config.method == "bitfit":
-        return {}
     common = set(BitFitConfig.__dataclass_fields__)
     return {k: v for k, v in config.to_dict().items() if k not in common and not k.endswith("learning_rate")}
 

@@ -4,12 +4,14 @@ Switching rebinds each touched parameter's ``.data`` to tensors prepared at load
 model's device and dtype), so it costs one pointer swap per bias tensor and never touches the frozen
 weights. Heads of different sizes swap the same way, and the label maps follow.
 
-BitFit + LoRA tasks bring LoRA matrices too. The bank wraps their modules in peft LoRA layers once (the
-stock model's outputs do not change: a new ``lora_B`` is zero) and keeps every tensor under its stock name
-(``query.bias``, not ``query.base_layer.bias``), so bias-only and LoRA tasks share one table. Activating a
-task swaps its LoRA matrices and scaling in and turns LoRA on exactly in its modules (peft's
-``enable_adapters``); a bias-only task or :meth:`AdapterBank.restore_base` turns every LoRA layer off, so
-those run the stock forward, bit for bit.
+Methods whose tensors live in peft layers (BitFit + LoRA, (IA)³, BitFit + (IA)³) bring those tensors too.
+The bank asks the method (its registry hooks ``bank_modules`` / ``bank_attach`` / ``bank_switch``) to wrap
+their modules once, turned off (the stock model's outputs do not change), and keeps every tensor under its
+stock name (``query.bias``, not ``query.base_layer.bias``), so bias-only and wrapped tasks share one table.
+Activating a task swaps its tensors in and has each method turn its layers on exactly in that task's
+modules, with the task's settings (LoRA's scaling); a task that does not use a method, or
+:meth:`AdapterBank.restore_base`, turns that method's layers off, so those run the stock forward, bit for
+bit.
 """
 
 from __future__ import annotations
@@ -24,16 +26,9 @@ from torch import nn
 from bitfit_hf.adapters import sparse as sparse_format
 from bitfit_hf.adapters.adapter import BitFitAdapter, prepare_base_for
 from bitfit_hf.adapters.config import AdapterError, BaseModelMismatchError
+from bitfit_hf.tuners import METHODS, method_spec
 from bitfit_hf.tuners.bias.layer import add_zero_bias, has_bias, remove_added_bias
-from bitfit_hf.tuners.bitfit_lora.layer import (
-    ADAPTER_NAME,
-    inject_lora,
-    is_lora_parameter,
-    is_lora_tensor,
-    lora_layers,
-    lora_module_of,
-    stock_name,
-)
+from bitfit_hf.tuners.peft_layers import is_branch_parameter, peft_layers, stock_name
 from bitfit_hf.tuners.state import unwrap
 from bitfit_hf.utils.fingerprint import base_fingerprint
 
@@ -47,7 +42,7 @@ class AdapterBank:
         self._tensors: Dict[str, Dict[str, torch.Tensor]] = {}
         self._base: Dict[str, torch.Tensor] = {}
         self._added: set = set()
-        self._lora: Dict[str, Dict[str, float]] = {}  # task -> {LoRA module: scaling}
+        self._switched: Dict[str, Dict[str, object]] = {}  # task -> {method: its settings (bank_attach)}
         self._inserted: set = set()  # parameters of modules a method inserted (never part of the base)
         self.active: Optional[str] = None
         self._base_labels = _labels_of(self.model)  # put back by restore_base()
@@ -82,12 +77,13 @@ class AdapterBank:
         if cfg.model_type != found_type:
             raise AdapterError(f"Adapter {name!r} is for a {cfg.model_type!r} model, this backbone is {found_type!r}.")
         _check_same_pooling(name, cfg, self.adapters.values())
-        lora_modules = _lora_modules(adapter)
+        wrapped = _wrapped_modules(name, adapter)  # {method: modules its layers wrap for this adapter}
+        wrapped_now = [m for modules in wrapped.values() for m in modules]
         modules = dict(self.model.named_modules())
         missing = [m for m in cfg.added_biases if m not in modules]
         if missing:
             raise AdapterError(f"Adapter {name!r} adds a bias to {missing[0]!r}, which this model does not have.")
-        trained = {stock_name(n, lora_modules) for n in cfg.trained_parameters}
+        trained = {stock_name(n, wrapped_now) for n in cfg.trained_parameters}
         previous = self.active
         self.restore_base()
         added_now: List[tuple] = []  # (module name, module, whether it had an empty ``bias`` slot)
@@ -116,9 +112,9 @@ class AdapterBank:
                         f"weights differ (fingerprint {found}, expected {cfg.base_fingerprint})."
                     )
             dense, sparse = sparse_format.split(adapter.tensors, cfg.sparse_parameters)
-            dense = {stock_name(n, lora_modules): t for n, t in dense.items()}
-            if lora_modules:
-                self._add_lora_layers(name, adapter, lora_modules)
+            dense = {stock_name(n, wrapped_now): t for n, t in dense.items()}
+            if wrapped:
+                self._attach_layers(name, adapter, wrapped)
             params = self._params()
             unknown = [n for n in list(dense) + list(sparse) if n not in params]
             if unknown:
@@ -141,7 +137,7 @@ class AdapterBank:
                 remove_added_bias(module, slot)
                 self._added.discard(f"{module_name}.bias")
             self._inserted = inserted_before | {n for n in self._inserted if n in self._params()}
-            self._lora.pop(name, None)
+            self._switched.pop(name, None)
             if previous is not None:
                 self.activate(previous)
             raise
@@ -150,42 +146,42 @@ class AdapterBank:
         if previous is not None:
             self.activate(previous)
 
-    def _add_lora_layers(self, name: str, adapter: BitFitAdapter, lora_modules: List[str]) -> None:
-        """Wrap the task's LoRA modules in peft LoRA layers where the backbone has none yet (turned off
-        until a task that uses them is active), and remember the task's scaling per module."""
-        fields = adapter.config.method_config
-        try:
-            r, alpha = int(fields["lora_r"]), float(fields["lora_alpha"])
-        except (KeyError, TypeError, ValueError):
-            raise AdapterError(f"Adapter {name!r} holds LoRA matrices but no lora_r / lora_alpha in its config.") from None
-        existing = lora_layers(self.model)
-        missing = [m for m in lora_modules if m not in existing]
-        if missing:
-            inject_lora(self.model, missing, r, alpha, float(fields.get("lora_dropout", 0.0)))
-            for module_name, layer in lora_layers(self.model).items():
-                if module_name in missing:
-                    _set_lora_enabled(layer, False)
-        self._lora[name] = {m: alpha / r for m in lora_modules}
+    def _attach_layers(self, name: str, adapter: BitFitAdapter, wrapped: Dict[str, List[str]]) -> None:
+        """Each method wraps the task's modules where the backbone has none of its layers yet (turned off until
+        a task using them is active); the task's settings per method are kept for :meth:`activate`."""
+        settings = {}
+        for method, modules in wrapped.items():
+            clash = [m for m in modules if m in _modules_of_other_methods(self, method)]
+            if clash:
+                raise AdapterError(
+                    f"Adapter {name!r} ({method}) needs {clash[0]!r}, which another method's layer of this bank already "
+                    "wraps: one module holds one method's layers. Serve these tasks from banks of their own."
+                )
+            try:
+                settings[method] = method_spec(method).bank_attach(self.model, modules, adapter.config.method_config)
+            except ValueError as err:
+                raise AdapterError(f"Adapter {name!r}: {err}.") from None
+        self._switched[name] = settings
 
     def remove(self, name: str) -> None:
         if self.active == name:
             self.restore_base()
         self.adapters.pop(name)
         self._tensors.pop(name)
-        self._lora.pop(name, None)
+        self._switched.pop(name, None)
 
     def _params(self) -> Dict[str, nn.Parameter]:
-        """The model's parameters under their stock names (LoRA-wrapped modules' ``base_layer`` dropped)."""
-        wrapped = list(lora_layers(self.model))
+        """The model's parameters under their stock names (peft-wrapped modules' ``base_layer`` dropped)."""
+        wrapped = list(peft_layers(self.model))
         return {stock_name(n, wrapped): p for n, p in self.model.named_parameters()}
 
-    def _switch_lora(self, name: Optional[str]) -> None:
-        """LoRA on (with the task's scaling) in the task's LoRA modules, off in every other one."""
-        scaling = self._lora.get(name, {}) if name is not None else {}
-        for module_name, layer in lora_layers(self.model).items():
-            if module_name in scaling:
-                layer.scaling[ADAPTER_NAME] = scaling[module_name]
-            _set_lora_enabled(layer, module_name in scaling)
+    def _switch_layers(self, name: Optional[str]) -> None:
+        """Every method with layers in this bank turns them on for the task's modules, with its settings, and off
+        everywhere else (``name`` None, or a task that does not use the method: all off)."""
+        settings = self._switched.get(name, {}) if name is not None else {}
+        used = {method for task in self._switched.values() for method in task}
+        for method in sorted(used):
+            method_spec(method).bank_switch(self.model, settings.get(method))
 
     def activate(self, name: str) -> None:
         """Make ``name`` the active task: its biases and head, in place, without touching weights."""
@@ -195,7 +191,7 @@ class AdapterBank:
         params = self._params()
         for tensor_name, base in self._base.items():
             params[tensor_name].data = tensors.get(tensor_name, base)
-        self._switch_lora(name)
+        self._switch_layers(name)
         self._set_labels(self.adapters[name])
         self.active = name
 
@@ -204,7 +200,7 @@ class AdapterBank:
         params = self._params()
         for tensor_name, base in self._base.items():
             params[tensor_name].data = base
-        self._switch_lora(None)
+        self._switch_layers(None)
         _put_labels(self.model, self._base_labels)
         self.active = None
 
@@ -240,17 +236,26 @@ def _put_labels(model: nn.Module, labels: dict) -> None:
         model.num_labels = labels["model_num_labels"]
 
 
-def _lora_modules(adapter: BitFitAdapter) -> List[str]:
-    """Modules an adapter's LoRA matrices belong to, in order."""
-    return list(dict.fromkeys(lora_module_of(n) for n in adapter.tensors if is_lora_tensor(n)))
+def _wrapped_modules(name: str, adapter: BitFitAdapter) -> Dict[str, List[str]]:
+    """``{method: modules}`` whose peft layers the adapter's own tensors need (its method's ``bank_modules``)."""
+    try:
+        spec = method_spec(adapter.config.method)
+    except ValueError as err:
+        raise AdapterError(f"Adapter {name!r}: {err}") from None
+    if spec.bank_modules is None:
+        return {}
+    modules = spec.bank_modules(list(adapter.tensors))
+    return {spec.name: modules} if modules else {}
 
 
-def _set_lora_enabled(layer: nn.Module, enabled: bool) -> None:
-    """peft's switch for one LoRA layer, keeping each parameter's ``requires_grad`` as it was."""
-    flags = [(p, p.requires_grad) for p in layer.parameters()]
-    layer.enable_adapters(enabled)
-    for param, flag in flags:
-        param.requires_grad_(flag)
+def _modules_of_other_methods(bank: "AdapterBank", method: str) -> set:
+    """Modules that the layers of methods other than ``method`` already wrap in the bank's model."""
+    found = set()
+    for other in {m for task in bank._switched.values() for m in task if m != method}:
+        spec = METHODS[other]
+        if spec.bank_layers is not None:
+            found.update(spec.bank_layers(bank.model))
+    return found
 
 
 class _StockView(nn.Module):
@@ -262,9 +267,9 @@ class _StockView(nn.Module):
         self.base_model_prefix = getattr(model, "base_model_prefix", "")
 
     def named_parameters(self, *args, **kwargs):
-        wrapped = list(lora_layers(self._inner))
+        wrapped = list(peft_layers(self._inner))
         for name, param in self._inner.named_parameters(*args, **kwargs):
-            if not is_lora_parameter(name, wrapped):
+            if not is_branch_parameter(name, wrapped):
                 yield stock_name(name, wrapped), param
 
 

@@ -105,9 +105,8 @@ class AdapterConfig:
         )
 
     def tuner_config(self):
-        """The config of the adapter's method, ready for :func:`bitfit_hf.tuners.apply_method`."""
-        if self.method == "bitfit":
-            return self.bitfit_config()
+        """The config of the adapter's method, ready for :func:`bitfit_hf.tuners.apply_method`: the method's
+        own fields (``method_config``) over the bias-selection fields every adapter records."""
         fields = {**self.method_config, "bias_terms": self.bias_terms, "patterns": self.patterns,
                   "train_head": self.train_head, "head_modules": self.head_modules,
                   "add_missing_biases": self.add_missing_biases}

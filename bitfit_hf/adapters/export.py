@@ -90,9 +90,9 @@ def export_merged(model: nn.Module, save_directory: str, tokenizer=None) -> str:
                 f"{config.model_type} configs have no switch that creates it. Keep the adapter format."
             )
         setattr(config, flags[0], True)
-    # Methods that insert modules (LoRA) fold them back into stock tensors themselves.
-    fold = getattr(state, "merged_state_dict", None)
-    merged = fold(model) if fold is not None else {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    # Methods that insert modules (LoRA, (IA)³) fold them back into stock tensors themselves (MethodSpec.merge).
+    fold = method_spec(state.config.method).merge if state is not None else None
+    merged = fold(state, model) if fold is not None else {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
     with torch.device("meta"):
         reference = type(model)(config)
     expected = reference.state_dict()

@@ -43,7 +43,6 @@ from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bias.layer import HOOK_ATTR
-from bitfit_hf.tuners.bitfit_lora.layer import is_lora_tensor
 from bitfit_hf.utils.names import is_under
 
 __all__ = ["BASE_TASK", "MultiTaskModel", "MultiTaskOutput"]
@@ -136,12 +135,11 @@ class MultiTaskModel(nn.Module):
         heads = self._served_heads()
         for task in self.tasks:
             method = self.bank.adapters[task].config.method
-            refusal = method_spec(method).not_mergeable
+            refusal = method_spec(method).not_batchable
             if refusal:
                 raise AdapterError(
-                    f"Task {task!r} uses {method}: {refusal}, so it is not a "
-                    "per-task bias delta that a mixed-task batch can route per example. Serve it with "
-                    "AdapterBank.activate(task) on batches of that task alone."
+                    f"Task {task!r} uses {method}: {refusal}. Serve it with AdapterBank.activate(task) on batches "
+                    "of that task alone."
                 )
         additive = _additive_bias_types()
         bias_names: List[str] = []
@@ -171,18 +169,11 @@ class MultiTaskModel(nn.Module):
         config = self.bank.adapters[task].config
         module_name, _, attr = name.rpartition(".")
         module = modules.get(module_name)
-        if is_lora_tensor(name) or type(module).__module__.startswith("peft."):
-            what = (f"carries LoRA matrices ({name!r})" if is_lora_tensor(name) else
-                    f"trains the bias of {module_name!r}, which the bank has wrapped in a LoRA layer")
+        if type(module).__module__.startswith("peft."):
             raise AdapterError(
-                f"Task {task!r} {what}: mixed-task batches route per-example bias deltas only. Serve "
-                "BitFit + LoRA tasks one at a time with AdapterBank.activate(), from a bank of their own."
-            )
-        if config.method != "bitfit" and config.sparse_parameters:
-            raise AdapterError(
-                f"Task {task!r} is a {config.method} adapter (it trains entries of weight matrices such as "
-                f"{name!r}): mixed-task batches route biases and heads only. Serve it with "
-                "AdapterBank.activate() (one task per batch) or load_adapter()."
+                f"Task {task!r} ({config.method}) trains the bias of {module_name!r}, which the bank has wrapped in "
+                "another task's peft layer: mixed-task batches route per-example bias deltas only. Serve the tasks "
+                "whose method wraps modules one at a time with AdapterBank.activate(), from a bank of their own."
             )
         if attr != "bias" or module is None:
             raise AdapterError(

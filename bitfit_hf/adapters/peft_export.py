@@ -49,13 +49,20 @@ class PeftPlan:
 
 
 def _method_refusal(method: str) -> str:
+    """Why an adapter of ``method`` has no PEFT export ("" when its MethodSpec names one)."""
     spec = METHODS.get(method)
+    if spec is not None and spec.peft_export is not None:
+        return ""
     what = f" ({spec.description})" if spec is not None and spec.description else ""
-    if method == "bitfit_lora":
-        return ("its LoRA matrices: a PEFT adapter holds one tuner type, and BEFT (bias deltas) has no LoRA part. "
-                "Use bitfit-hf to load it, or `bitfit-hf merge` for a plain checkpoint.")
+    if spec is not None and spec.peft_refusal:
+        return spec.peft_refusal.rstrip(".") + "."
     return (f"it is an adapter of method {method!r}{what}; PEFT's BEFT tuner expresses plain BitFit selections "
             "(whole bias vectors) only.")
+
+
+def _is_beft(method: str) -> bool:
+    spec = METHODS.get(method)
+    return spec is not None and spec.peft_export == "beft"
 
 
 def _pooling_refusal(cfg) -> str:
@@ -68,8 +75,8 @@ def peft_plan(adapter: BitFitAdapter, model: nn.Module) -> PeftPlan:
     """The PEFT layout of ``adapter`` on ``model`` (a stock base: real or on the meta device); a
     :class:`PeftExportError` naming the first part PEFT cannot express."""
     cfg = adapter.config
-    if cfg.method != "bitfit":
-        raise PeftExportError(f"Cannot export to PEFT: {_method_refusal(cfg.method)}")
+    if not _is_beft(cfg.method):
+        raise PeftExportError(f"Cannot export to PEFT as BEFT: {_method_refusal(cfg.method) or 'its method exports its own tuner'}")
     if cfg.added_biases:
         first = next(iter(cfg.added_biases))
         raise PeftExportError(
@@ -143,8 +150,9 @@ def export_peft(
     if isinstance(adapter, str):
         adapter = BitFitAdapter.from_pretrained(adapter)
     cfg = adapter.config
-    if cfg.method != "bitfit":  # before any model is loaded
-        raise PeftExportError(f"Cannot export to PEFT: {_method_refusal(cfg.method)}")
+    refusal = _method_refusal(cfg.method)
+    if refusal:  # before any model is loaded
+        raise PeftExportError(f"Cannot export to PEFT: {refusal}")
     if cfg.sentence_pooling:
         raise PeftExportError(f"Cannot export to PEFT: {_pooling_refusal(cfg)}")
     if not hasattr(peft, "BeftConfig"):
@@ -189,7 +197,7 @@ def peft_export_blocker(adapter: BitFitAdapter, model: Optional[nn.Module] = Non
     """Why ``adapter`` cannot be exported to PEFT (``None``: it can). Without ``model``, the check runs on
     a weightless (meta-device) copy of the recorded base's architecture, built from its config; when that
     config is not at hand, the answer is a reason too (nothing is claimed unchecked)."""
-    if adapter.config.method != "bitfit":
+    if _method_refusal(adapter.config.method):
         return _method_refusal(adapter.config.method)
     if adapter.config.sentence_pooling:
         return _pooling_refusal(adapter.config)

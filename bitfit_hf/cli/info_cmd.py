@@ -71,17 +71,9 @@ def method_text(adapter) -> str:
         seed = cfg.method_config.get("random_seed")
         return (f"{cfg.method} ({count:,} weight entries in {len(cfg.sparse_parameters)} matrices, as many as "
                 f"bitfit {terms}" + (f"; random_seed {seed}" if seed is not None else "") + ")")
-    from bitfit_hf.tuners import method_label
+    from bitfit_hf.tuners import describe_method
 
-    label = method_label(cfg)  # the recipes' --method: lora is stored as bitfit_lora training no bias term
-    fields = ", ".join(f"{k}={v}" for k, v in sorted(cfg.method_config.items()))
-    if label == "lora":
-        return f"lora (LoRA, no bias term: stored as bitfit_lora with bias_terms frozen; {fields})"
-    if cfg.method == "bitfit_lora":
-        return f"bitfit_lora (bias terms {terms}; {fields})"
-    if cfg.method != "bitfit":
-        return f"{cfg.method} ({fields})"
-    return f"{label} ({terms})"
+    return describe_method(cfg)  # the method's own line (MethodSpec.describe), else "<--method> (<bias terms>)"
 
 
 def card_metrics(folder: str) -> Dict[str, float]:

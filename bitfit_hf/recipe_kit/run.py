@@ -42,6 +42,7 @@ from bitfit_hf.training.checkpoints import (
     last_complete_checkpoint,
     resolve_resume_checkpoint,
 )
+from bitfit_hf.tuners import describe_method
 from bitfit_hf.utils.constants import RUN_ARGS_NAME, SUMMARY_NAME
 from bitfit_hf.utils.errors import exit_on_user_error
 from bitfit_hf.utils.io import write_json_atomic
@@ -114,7 +115,7 @@ def setup_logging(training_args) -> None:
                           *logging.getLogger("datasets").handlers)
 
 
-def log_run_header(parsed: ParsedArgs, recipe: str) -> None:
+def log_run_header(parsed: ParsedArgs, recipe: str, config: Any = None) -> None:
     args = parsed.training
     logger.info(
         "%s: process rank %s of %s, device %s, n_gpu %s, bf16 %s, fp16 %s",
@@ -125,14 +126,8 @@ def log_run_header(parsed: ParsedArgs, recipe: str) -> None:
     if parsed.applied_defaults:
         shown = ", ".join(f"{k}={v}" for k, v in parsed.applied_defaults.items())
         logger.info("Recipe defaults (override any with its flag): %s", shown)
-    logger.info(
-        "method=%s bias_terms=%s learning_rate=%g output_dir=%s",
-        parsed.bitfit.method,
-        " ".join(parsed.bitfit.bias_terms or ["all"]) if parsed.bitfit.method in ("bitfit", "bitfit_lora")
-        else "as many as " + " ".join(parsed.bitfit.match_bias_terms or ["all"]) if parsed.bitfit.method.startswith("rand_")
-        else "-",
-        args.learning_rate, args.output_dir,
-    )
+    logger.info("method=%s selection=%s learning_rate=%g output_dir=%s", parsed.bitfit.method,
+                describe_method(config if config is not None else parsed.bitfit.bitfit_config()), args.learning_rate, args.output_dir)
 
 
 def start_run(data_class, defaults: RecipeDefaults, argv=None):
@@ -152,8 +147,8 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     check_base_loading(parsed.model)  # --load_in_4bit on a CPU fails here, before any loading
     setup_logging(parsed.training)
     use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread
-    log_run_header(parsed, defaults.recipe)
     bitfit_config = parsed.bitfit.bitfit_config()
+    log_run_header(parsed, defaults.recipe, bitfit_config)
     check_output_dir(parsed.training)  # an earlier run's outputs: refused before anything is loaded or written
     check_resume_target(parsed, bitfit_config)  # a checkpoint of another method or selection: refused here too
     check_adapter_target(parsed, bitfit_config)  # so is training on from an adapter of another method

@@ -26,7 +26,7 @@ from torch import nn
 
 from bitfit_hf.adapters.base_checkpoint import read_checkpoint_biases
 from bitfit_hf.adapters.config import AdapterConfig
-from bitfit_hf.tuners.bitfit_lora.layer import BASE_LAYER
+from bitfit_hf.tuners.peft_layers import BASE_LAYER
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, PRESETS, module_roles, role_rank, roles_for
 from bitfit_hf.utils.names import is_under
 
@@ -249,7 +249,7 @@ def classify(config: AdapterConfig) -> List[Tuple[str, str, str, Optional[Tuple[
         if not name.endswith(".bias") or is_under(name, heads):
             continue
         module = name[: -len(".bias")]
-        if module.endswith("." + BASE_LAYER):  # a module peft wrapped (BitFit + LoRA): its stock name
+        if module.endswith("." + BASE_LAYER):  # a module peft wrapped (LoRA, (IA)³): its stock name
             module = module[: -len(BASE_LAYER) - 1]
         found = [(name, role, layer, rule.chunk) for role, rule, layer in module_roles(table or {}, module)
                  if rule.chunk is None or chosen is None or role in chosen]

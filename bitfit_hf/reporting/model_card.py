@@ -28,10 +28,7 @@ from bitfit_hf.adapters.base_checkpoint import checkpoint_files, match_key, read
 from bitfit_hf.adapters.config import AdapterConfig
 from bitfit_hf.adapters.sparse import tensor_names
 from bitfit_hf.reporting.heatmap import BiasChange, classify
-from bitfit_hf.tuners import METHODS, method_spec
-from bitfit_hf.tuners.bitfit_lora import LORA
-from bitfit_hf.tuners.bitfit_lora.layer import is_lora_tensor
-from bitfit_hf.tuners.random_subset.model import RANDOM
+from bitfit_hf.tuners import METHODS, method_spec, tensor_role_of
 from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
 from bitfit_hf.tuners.summary import TrainableSummary
 from bitfit_hf.utils.constants import (
@@ -243,13 +240,15 @@ def summary_from_adapter(adapter, total_params: Optional[int] = None) -> dict:
         layers[layer] = layers.get(layer, 0) + numel
     for name in cfg.sparse_parameters:  # weights trained in some entries (random baselines): count those
         numel = adapter.tensors[tensor_names(name)[0]].numel()
-        per_role[RANDOM] = per_role.get(RANDOM, 0) + numel
-        tensors[RANDOM] = tensors.get(RANDOM, 0) + 1
+        role = tensor_role_of(cfg.method, name) or "sparse"
+        per_role[role] = per_role.get(role, 0) + numel
+        tensors[role] = tensors.get(role, 0) + 1
     heads = cfg.head_modules
-    for name in cfg.trained_parameters:  # LoRA matrices (BitFit + LoRA, LoRA alone): peft's names
-        if is_lora_tensor(name) and name in adapter.tensors and not is_under(name, heads):
-            per_role[LORA] = per_role.get(LORA, 0) + adapter.tensors[name].numel()
-            tensors[LORA] = tensors.get(LORA, 0) + 1
+    for name in cfg.trained_parameters:  # the method's own tensors (LoRA matrices, (IA)³ vectors, shifts)
+        role = tensor_role_of(cfg.method, name)
+        if role is not None and name in adapter.tensors and not is_under(name, heads):
+            per_role[role] = per_role.get(role, 0) + adapter.tensors[name].numel()
+            tensors[role] = tensors.get(role, 0) + 1
     head = [n for n in cfg.trained_parameters if is_under(n, heads)]
     if head:
         per_role["head"] = sum(adapter.tensors[n].numel() for n in head if n in adapter.tensors)
@@ -438,7 +437,7 @@ def _summary_rows(cfg: AdapterConfig, summary: Mapping[str, Any]) -> List[Dict[s
     for role in sorted(per_role, key=lambda r: role_rank(r, _method_role_texts())):
         what = _method_role_texts().get(role) or ALL_ROLES.get(role) or {"head": "task head (" + ", ".join(f"`{m}`" for m in cfg.head_modules) + ")",
                                        "bias": "other bias", "pattern": "selected by a pattern",
-                                       "gain": "other norm gain", RANDOM: "random entries of weight matrices"}.get(role, role)
+                                       "gain": "other norm gain", "sparse": "entries of weight matrices"}.get(role, role)
         rows.append({
             "role": role, "what": what, "tensors": tensors.get(role, ""), "params": int(per_role[role]),
             "percent": f"{100 * per_role[role] / total:.4f}%" if total else "",

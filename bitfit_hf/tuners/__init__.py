@@ -15,17 +15,20 @@ plus one :func:`register_method` line here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torch import nn
 
 from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
-from bitfit_hf.tuners.adapterbias.model import apply_adapterbias, insert_shifts
+from bitfit_hf.tuners.adapterbias.model import adapterbias_tensor_role, apply_adapterbias, insert_shifts
 from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.tuners.bias.model import BitFitState, apply_bitfit
-from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
+from bitfit_hf.tuners.bitfit_lora import layer as lora_bank
+from bitfit_hf.tuners.bitfit_lora.config import LORA, BitFitLoraConfig
+from bitfit_hf.tuners.bitfit_lora.layer import is_lora_tensor
 from bitfit_hf.tuners.bitfit_lora.model import apply_bitfit_lora
 from bitfit_hf.tuners.random_subset import RandRowColConfig, RandUniformConfig, apply_random_subset
+from bitfit_hf.tuners.random_subset.model import RANDOM
 from bitfit_hf.tuners.state import get_tuner_state  # noqa: F401 - part of the registry's interface
 from bitfit_hf.utils.modes import inserted_modules_follow
 
@@ -44,9 +47,35 @@ class MethodSpec:
     # The method's tensors live in modules a stock model lacks until the method prepares it (AdapterBias's
     # shifts, LoRA's branches): an adapter's names missing from a stock model are expected, not damage.
     inserts_modules: bool = False
-    # Why the trained model cannot become a plain checkpoint (export_merged) nor be routed per example
-    # as bias deltas (MultiTaskModel); "" for methods that train only additive biases and heads.
+    # Why the trained model cannot become a plain checkpoint (export_merged); "" when it can.
     not_mergeable: str = ""
+    # How it merges: (state, model) -> the stock architecture's state dict with the method's tensors folded in.
+    # None: the model's own state dict already is one (biases and heads only).
+    merge: Optional[Callable[[Any, nn.Module], Dict[str, Any]]] = None
+    # Why a mixed-task batch (MultiTaskModel) cannot route this method's tasks per example; "" when it can
+    # (additive biases and heads, routed as per-example bias deltas).
+    not_batchable: str = ""
+    # Which stored tensor names are the method's own (in modules it inserts: LoRA matrices, (IA)³ vectors,
+    # AdapterBias shifts): name -> its role, None for a tensor of the stock architecture. The summary and the
+    # card count them by role; the pre-load shape check expects them missing from a stock model.
+    tensor_role: Optional[Callable[[str], Optional[str]]] = None
+    # AdapterBank hooks for methods whose tensors live in peft layers: the modules an adapter's tensors need
+    # wrapped (tensor names -> module names); wrap them in a shared model, turned off (model, modules,
+    # method_config) -> the task's settings; turn the method's layers on for a task's settings, off elsewhere
+    # (model, settings or None); the modules its layers wrap now (model -> names).
+    bank_modules: Optional[Callable[[List[str]], List[str]]] = None
+    bank_attach: Optional[Callable[[nn.Module, List[str], Dict[str, Any]], Any]] = None
+    bank_switch: Optional[Callable[[nn.Module, Any], None]] = None
+    bank_layers: Optional[Callable[[nn.Module], List[str]]] = None
+    # PEFT export: "beft" (a plain bias selection: bitfit-hf writes a PEFT BEFT adapter), a callable
+    # (stock model with the adapter applied, method config, head modules) -> a peft model holding the method's
+    # part, or None (peft_refusal says why not).
+    peft_export: Any = None
+    peft_refusal: str = ""
+    # The recipes' --method label of a config (``lora`` for BitFit + LoRA with no bias term); None: the name.
+    label: Optional[Callable[[Any], Optional[str]]] = None
+    # One line on what a config selects, for `bitfit-hf info` and the recipes' log; None: the bias terms.
+    describe: Optional[Callable[[Any], str]] = None
     display_name: str = ""  # how model cards name the method ("AdapterBias")
     paper: str = ""  # "Title (venue): url", for model cards
     citation: str = ""  # BibTeX, for model cards
@@ -80,17 +109,34 @@ def apply_method(model: nn.Module, config: Optional[Any] = None) -> BitFitState:
 
 
 def method_label(config: Any) -> str:
-    """The recipes' ``--method`` name of a method config or an adapter config: ``lora`` for BitFit + LoRA
-    training no bias term, ``frozen`` / ``full`` for BitFit's head-only and full presets, else the registered
-    method (``bitfit``, ``bitfit_lora``, ``adapterbias``, ``rand_uniform``, ...)."""
+    """The recipes' ``--method`` name of a method config or an adapter config: the method's ``label`` hook
+    (``lora`` for BitFit + LoRA training no bias term, ``frozen`` / ``full`` for BitFit's head-only and full
+    presets), else the registered method (``bitfit``, ``bitfit_lora``, ``adapterbias``, ``rand_uniform``, ...)."""
     method = getattr(config, "method", "bitfit") or "bitfit"
+    spec = METHODS.get(method)
+    label = spec.label(config) if spec is not None and spec.label is not None else None
+    return label or method
+
+
+def bias_terms_of(config: Any) -> List[str]:
+    """``bias_terms`` of a method config or an adapter config, as a list."""
     terms = getattr(config, "bias_terms", None)
-    terms = [terms] if isinstance(terms, str) else list(terms or [])
-    if method == "bitfit_lora" and terms == ["frozen"]:
-        return "lora"
-    if method == "bitfit" and terms in (["frozen"], ["full"]):
-        return terms[0]
-    return method
+    return [terms] if isinstance(terms, str) else list(terms or [])
+
+
+def describe_method(config: Any) -> str:
+    """One line on what a method config or an adapter config selects (``bitfit-hf info``, the recipes' log)."""
+    method = getattr(config, "method", "bitfit") or "bitfit"
+    spec = METHODS.get(method)
+    if spec is not None and spec.describe is not None:
+        return spec.describe(config)
+    return f"{method_label(config)} ({' '.join(bias_terms_of(config))})"
+
+
+def tensor_role_of(method: str, name: str) -> Optional[str]:
+    """The role of a stored tensor that is ``method``'s own (in modules it inserts), else None."""
+    spec = METHODS.get(method)
+    return spec.tensor_role(name) if spec is not None and spec.tensor_role is not None else None
 
 
 def config_from_dict(method: str, data: Dict[str, Any]):
@@ -98,11 +144,49 @@ def config_from_dict(method: str, data: Dict[str, Any]):
     return method_spec(method).config_class.from_dict(data)
 
 
-register_method(MethodSpec("bitfit", BitFitConfig, apply_bitfit, "bias terms (all, presets, paper roles or patterns) + head"))
+def _settings(config: Any) -> str:
+    """``k=v`` of a config's method-specific fields (an adapter config's ``method_config``)."""
+    fields = getattr(config, "method_config", None)
+    if fields is None:
+        fields = {k: v for k, v in config.to_dict().items()
+                  if k not in BitFitConfig.__dataclass_fields__ and not k.endswith("learning_rate")}
+    return ", ".join(f"{k}={v}" for k, v in sorted(fields.items()))
+
+
+def _bitfit_label(config: Any) -> Optional[str]:
+    terms = bias_terms_of(config)
+    return terms[0] if terms in (["frozen"], ["full"]) else None
+
+
+def _terms(config: Any) -> str:
+    patterns = getattr(config, "patterns", None)
+    return " ".join(bias_terms_of(config) or ["all"]) + (f"; patterns {patterns}" if patterns else "")
+
+
+register_method(MethodSpec("bitfit", BitFitConfig, apply_bitfit, "bias terms (all, presets, paper roles or patterns) + head",
+                           peft_export="beft", label=_bitfit_label))
+_RANDOM_NOT_BATCHABLE = ("it trains entries of weight matrices, and mixed-task batches route biases and heads only")
+
+
+def _random_role(name: str) -> Optional[str]:
+    """The random baselines train entries of weight matrices (stored sparse): those are theirs."""
+    return RANDOM if name.endswith(".weight") else None
+
+
+def _random_describe(config: Any) -> str:
+    seed = getattr(config, "random_seed", None)
+    if seed is None:
+        seed = (getattr(config, "method_config", None) or {}).get("random_seed")
+    return (f"{config.method} (random weight entries, as many as bitfit {_terms(config)}"
+            + (f"; random_seed {seed}" if seed is not None else "") + ")")
+
+
 register_method(MethodSpec("rand_uniform", RandUniformConfig, apply_random_subset,
-                           "baseline: as many random weight entries as a bias selection (uniform)"))
+                           "baseline: as many random weight entries as a bias selection (uniform)",
+                           not_batchable=_RANDOM_NOT_BATCHABLE, describe=_random_describe, tensor_role=_random_role,))
 register_method(MethodSpec("rand_row_col", RandRowColConfig, apply_random_subset,
-                           "baseline: as many weight entries as a bias selection, in random whole rows/columns"))
+                           "baseline: as many weight entries as a bias selection, in random whole rows/columns",
+                           not_batchable=_RANDOM_NOT_BATCHABLE, describe=_random_describe, tensor_role=_random_role,))
 register_method(MethodSpec(
     "adapterbias", AdapterBiasConfig, apply_adapterbias,
     "a token-dependent shift L_alpha(h)*v on each FFN output projection, the FFN and embeddings LayerNorms "
@@ -112,6 +196,11 @@ register_method(MethodSpec(
     display_name="AdapterBias",
     not_mergeable=("AdapterBias adds a token-dependent shift L_alpha(h)*v to each FFN output (its size depends on "
                    "each token's hidden state), which no bias or weight of the stock architecture can hold"),
+    not_batchable=("AdapterBias adds a token-dependent shift L_alpha(h)*v to each FFN output (its size depends on "
+                   "each token's hidden state), which no bias or weight of the stock architecture can hold, so it is "
+                   "not a per-task bias delta"),
+    tensor_role=adapterbias_tensor_role,
+    describe=lambda config: f"adapterbias ({_settings(config)})",
     paper="AdapterBias: Parameter-efficient Token-dependent Representation Shift for Adapters in NLP Tasks "
           "(Fu et al., Findings of NAACL 2022): https://aclanthology.org/2022.findings-naacl.199",
     citation="""@inproceedings{fu-etal-2022-adapterbias,
@@ -128,11 +217,29 @@ register_method(MethodSpec(
 
 def _lora_card_variant(config: BitFitLoraConfig) -> Optional[Tuple[str, str]]:
     """The recipes' ``--method lora`` is BitFit + LoRA with no bias: its card must not claim biases."""
-    if list(config.bias_terms or []) == ["frozen"]:
+    if bias_terms_of(config) == ["frozen"]:
         return "LoRA", "peft LoRA matrices (default: query and value projections) + head, no bias term"
     return None
 
 
-register_method(MethodSpec("bitfit_lora", BitFitLoraConfig, apply_bitfit_lora,
-                           "bias terms + head, plus peft LoRA matrices (default: query and value projections)",
-                           inserts_modules=True, display_name="BitFit + LoRA", card_variant=_lora_card_variant))
+def _lora_describe(config: Any) -> str:
+    if bias_terms_of(config) == ["frozen"]:
+        return f"lora (LoRA, no bias term: stored as bitfit_lora with bias_terms frozen; {_settings(config)})"
+    return f"bitfit_lora (bias terms {_terms(config)}; {_settings(config)})"
+
+
+register_method(MethodSpec(
+    "bitfit_lora", BitFitLoraConfig, apply_bitfit_lora,
+    "bias terms + head, plus peft LoRA matrices (default: query and value projections)",
+    inserts_modules=True, display_name="BitFit + LoRA", card_variant=_lora_card_variant,
+    merge=lambda state, model: state.merged_state_dict(model),
+    not_batchable=("its LoRA matrices change weights, not biases: mixed-task batches route per-example bias deltas "
+                   "only. Serve BitFit + LoRA tasks one at a time with AdapterBank.activate(), from a bank of their own"),
+    tensor_role=lambda name: LORA if is_lora_tensor(name) else None,
+    bank_modules=lora_bank.bank_modules, bank_attach=lora_bank.bank_attach, bank_switch=lora_bank.bank_switch,
+    bank_layers=lambda model: list(lora_bank.lora_layers(model)),
+    peft_refusal=("its LoRA matrices: a PEFT adapter holds one tuner type, and BEFT (bias deltas) has no LoRA part. "
+                  "Use bitfit-hf to load it, or `bitfit-hf merge` for a plain checkpoint"),
+    label=lambda config: "lora" if bias_terms_of(config) == ["frozen"] else None,
+    describe=_lora_describe,
+))

@@ -250,7 +250,7 @@ def test_bank_switches_a_random_adapter_and_mixed_batches_refuse_it(tmp_path):
     bank.restore_base()
     with torch.no_grad():
         assert torch.equal(base(**batch()).logits, base_logits)
-    with pytest.raises(AdapterError, match="rand_uniform adapter.*mixed-task batches route biases and heads only"):
+    with pytest.raises(AdapterError, match="uses rand_uniform: .*mixed-task batches route biases and heads only"):
         MultiTaskModel(bank)
 
 

@@ -182,3 +182,13 @@ def apply_adapterbias(model: nn.Module, config: Optional[AdapterBiasConfig] = No
     state = TunerState(selection, dict(previous.added_biases) if previous is not None else {}, fingerprint)
     set_tuner_state(model, state)
     return state
+
+
+def adapterbias_tensor_role(name: str) -> Optional[str]:
+    """The role of a stored tensor of AdapterBias's shifts (``ab_v`` / ``ab_alpha``), None for any other."""
+    parts = name.split(".")
+    if CHILD in parts:
+        return VECTOR if parts[-1] == "vector" else ALPHA
+    if SHARED_ALPHA in parts:
+        return ALPHA
+    return None

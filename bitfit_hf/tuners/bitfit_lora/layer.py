@@ -14,11 +14,18 @@ from typing import Dict, Iterable, List
 import torch
 from torch import nn
 
+from bitfit_hf.tuners.peft_layers import (  # noqa: F401 - peft's naming, read from here by older code
+    ADAPTER_NAME,
+    BASE_LAYER,
+    is_branch_parameter,
+    peft_layers,
+    set_layer_enabled,
+    stock_name,
+    wrapped_name,
+)
 from bitfit_hf.utils.modes import inserted_modules_follow
 from bitfit_hf.utils.names import is_under
 
-ADAPTER_NAME = "default"  # peft's adapter name inside the wrapped modules (one LoRA per model)
-BASE_LAYER = "base_layer"
 LORA_MARKER = ".lora_"  # peft's tensors of a LoRA branch: q.lora_A.default.weight, q.lora_B.default.weight
 
 
@@ -69,34 +76,49 @@ def inject_lora(model: nn.Module, module_names: List[str], r: int, alpha: float,
 
 def lora_layers(model: nn.Module) -> Dict[str, nn.Module]:
     """``{module name: peft LoRA layer}`` of a model (empty when peft never touched it)."""
-    try:
-        from peft.tuners.lora import LoraLayer
-    except ImportError:  # pragma: no cover - peft is a dependency
-        return {}
-    return {name: module for name, module in model.named_modules() if isinstance(module, LoraLayer)}
+    from peft.tuners.lora import LoraLayer
+
+    return peft_layers(model, LoraLayer)
 
 
-def stock_name(name: str, wrapped: Iterable[str]) -> str:
-    """The stock architecture's name of a parameter of a wrapped model (``q.base_layer.bias`` -> ``q.bias``)."""
-    for module in wrapped:
-        prefix = f"{module}.{BASE_LAYER}."
-        if name.startswith(prefix):
-            return f"{module}.{name[len(prefix):]}"
-    return name
-
-
-def wrapped_name(name: str, wrapped: Iterable[str]) -> str:
-    """The wrapped model's name of a stock parameter name (``q.bias`` -> ``q.base_layer.bias``)."""
-    module, _, attr = name.rpartition(".")
-    return f"{module}.{BASE_LAYER}.{attr}" if module in set(wrapped) else name
-
-
-def is_lora_parameter(name: str, wrapped: Iterable[str]) -> bool:
-    """A parameter of a LoRA branch (``lora_A`` / ``lora_B`` / ...), not of a wrapped base layer."""
-    return any(name.startswith(f"{m}.") and not name.startswith(f"{m}.{BASE_LAYER}.") for m in wrapped)
+is_lora_parameter = is_branch_parameter  # a parameter of a LoRA branch, not of a wrapped base layer
 
 
 def merged_weight(layer: nn.Module) -> torch.Tensor:
     """The base weight with the LoRA update folded in, computed by peft."""
     base = layer.get_base_layer().weight
     return (base.detach() + layer.get_delta_weight(ADAPTER_NAME).detach().to(base.dtype)).to("cpu")
+
+
+# ---- AdapterBank hooks (MethodSpec.bank_modules / bank_attach / bank_switch) ------------------------------
+
+
+def bank_modules(tensor_names: Iterable[str]) -> List[str]:
+    """The modules an adapter's LoRA matrices belong to, in order."""
+    return list(dict.fromkeys(lora_module_of(n) for n in tensor_names if is_lora_tensor(n)))
+
+
+def bank_attach(model: nn.Module, modules: List[str], method_config: dict) -> Dict[str, float]:
+    """Wrap ``modules`` in LoRA layers where the shared model has none yet (turned off until a task using them
+    is active); the task's settings: its scaling per module."""
+    try:
+        r, alpha = int(method_config["lora_r"]), float(method_config["lora_alpha"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("the adapter holds LoRA matrices but no lora_r / lora_alpha in its config") from None
+    existing = lora_layers(model)
+    missing = [m for m in modules if m not in existing]
+    if missing:
+        inject_lora(model, missing, r, alpha, float(method_config.get("lora_dropout", 0.0)))
+        for module_name, layer in lora_layers(model).items():
+            if module_name in missing:
+                set_layer_enabled(layer, False)
+    return {m: alpha / r for m in modules}
+
+
+def bank_switch(model: nn.Module, settings) -> None:
+    """LoRA on (with the task's scaling) in the task's modules, off in every other one (``settings`` None: all off)."""
+    scaling = settings or {}
+    for module_name, layer in lora_layers(model).items():
+        if module_name in scaling:
+            layer.scaling[ADAPTER_NAME] = scaling[module_name]
+        set_layer_enabled(layer, module_name in scaling)

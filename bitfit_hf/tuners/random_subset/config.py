@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Dict
 
 from bitfit_hf.tuners.bias.config import BitFitConfig
 
@@ -20,6 +20,7 @@ class RandomSubsetConfig(BitFitConfig):
 
     method: ClassVar[str] = "rand_uniform"
     draw: ClassVar[str] = "uniform"
+    role_descriptions: ClassVar[Dict[str, str]] = {"random": "random entries of weight matrices"}
 
     random_seed: int = 0
 
@@ -42,6 +43,7 @@ class RandUniformConfig(RandomSubsetConfig):
 
     method: ClassVar[str] = "rand_uniform"
     draw: ClassVar[str] = "uniform"
+    role_descriptions: ClassVar[Dict[str, str]] = {"random": "random entries of weight matrices"}
 
 
 @dataclass

@@ -1,0 +1,59 @@
+"""What the methods that use peft tuner layers share (shared, not a method): peft wraps a module as
+``<module>.base_layer`` plus the method's own tensors (``lora_A`` / ``lora_B``, ``ia3_l``), and these helpers map
+between the wrapped and the stock architecture's names, list the wrapped layers, and switch one on or off.
+
+Nothing here names a method: any ``peft.tuners.tuners_utils.BaseTunerLayer`` is a wrapped layer.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable
+
+from torch import nn
+
+ADAPTER_NAME = "default"  # peft's adapter name inside the wrapped modules (one adapter per method per model)
+BASE_LAYER = "base_layer"
+
+
+def peft_layers(model: nn.Module, layer_type=None) -> Dict[str, nn.Module]:
+    """``{module name: peft tuner layer}`` of a model (``layer_type``: one tuner's layer class; default any)."""
+    try:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return {}
+    kind = layer_type or BaseTunerLayer
+    return {name: module for name, module in model.named_modules() if isinstance(module, kind)}
+
+
+def stock_name(name: str, wrapped: Iterable[str]) -> str:
+    """The stock architecture's name of a parameter of a wrapped model (``q.base_layer.bias`` -> ``q.bias``)."""
+    for module in wrapped:
+        prefix = f"{module}.{BASE_LAYER}."
+        if name.startswith(prefix):
+            return f"{module}.{name[len(prefix):]}"
+    return name
+
+
+def wrapped_name(name: str, wrapped: Iterable[str]) -> str:
+    """The wrapped model's name of a stock parameter name (``q.bias`` -> ``q.base_layer.bias``)."""
+    module, _, attr = name.rpartition(".")
+    return f"{module}.{BASE_LAYER}.{attr}" if module in set(wrapped) else name
+
+
+def is_branch_parameter(name: str, wrapped: Iterable[str]) -> bool:
+    """A parameter a peft layer added (``lora_A``, ``ia3_l``, ...), not one of the wrapped base layer's."""
+    return any(name.startswith(f"{m}.") and not name.startswith(f"{m}.{BASE_LAYER}.") for m in wrapped)
+
+
+def is_wrapped_base_tensor(name: str) -> bool:
+    """A stored name of a base-layer tensor inside a peft wrapper (``q.base_layer.bias``): missing from a stock
+    model until the method wraps the module."""
+    return f".{BASE_LAYER}." in name
+
+
+def set_layer_enabled(layer: nn.Module, enabled: bool) -> None:
+    """peft's switch for one tuner layer, keeping each parameter's ``requires_grad`` as it was."""
+    flags = [(p, p.requires_grad) for p in layer.parameters()]
+    layer.enable_adapters(enabled)
+    for param, flag in flags:
+        param.requires_grad_(flag)
