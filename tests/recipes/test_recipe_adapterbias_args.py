@@ -1,4 +1,4 @@
-"""`--method adapterbias [--share_alpha]`: the AdapterBias config, the official 1e-4 learning rate unless
+"""`--method adapterbias [--share_alpha]`: the AdapterBias config, its swept 3e-3 learning rate unless
 given, separate default output folders, and BitFit-only flags refused before anything is loaded."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from bitfit_hf.recipe_kit import RecipeError
 from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
 
 
-def test_adapterbias_defaults_to_the_official_learning_rate():
+def test_adapterbias_defaults_to_the_swept_learning_rate():
     parsed = parse("--method", "adapterbias")
-    assert parsed.training.learning_rate == 1e-4
+    assert parsed.training.learning_rate == 3e-3
     assert parsed.training.output_dir.endswith("-adapterbias")
     config = parsed.bitfit.bitfit_config()
     assert isinstance(config, AdapterBiasConfig) and not config.share_alpha
