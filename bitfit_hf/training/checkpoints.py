@@ -130,20 +130,21 @@ def mark_complete(path: str, global_step: int) -> None:
 #: The recipe flags of the config fields that decide what a run trains (a resume must keep them).
 _FLAGS = {"bias_terms": "--bias_terms", "patterns": "--bias_patterns", "train_head": "--train_head",
           "add_missing_biases": "--add_missing_biases"}
-_RANDOM_METHODS = ("rand_uniform", "rand_row_col")
 
 
 def _selection_fields(config: Any, method: str) -> Dict[str, Any]:
     """``{flag: value}`` of the fields that decide what ``config`` (a method config or an adapter config) trains;
     learning rates, dropout and saving options are left out (a resume may change them)."""
     from bitfit_hf.adapters.adapter import method_fields
+    from bitfit_hf.tuners import METHODS
 
+    spec = METHODS.get(method)
+    renamed = dict(spec.flags) if spec is not None else {}  # the method's own spelling of a field's flag
     found: Dict[str, Any] = {}
     for key, flag in _FLAGS.items():
         value = getattr(config, key, None)
         if value is not None:
-            if key == "bias_terms" and method in _RANDOM_METHODS:
-                flag = "--match_bias_terms"
+            flag = renamed.get(key, flag)
             found[flag] = [value] if isinstance(value, str) else value
     extra = config.method_config if hasattr(config, "method_config") else method_fields(config)
     for key, value in (extra or {}).items():

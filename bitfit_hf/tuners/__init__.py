@@ -76,6 +76,8 @@ class MethodSpec:
     label: Optional[Callable[[Any], Optional[str]]] = None
     # One line on what a config selects, for `bitfit-hf info` and the recipes' log; None: the bias terms.
     describe: Optional[Callable[[Any], str]] = None
+    # The recipe flag of a config field where the method spells it its own way ({"bias_terms": "--match_bias_terms"}).
+    flags: Tuple[Tuple[str, str], ...] = ()
     display_name: str = ""  # how model cards name the method ("AdapterBias")
     paper: str = ""  # "Title (venue): url", for model cards
     citation: str = ""  # BibTeX, for model cards
@@ -183,10 +185,12 @@ def _random_describe(config: Any) -> str:
 
 register_method(MethodSpec("rand_uniform", RandUniformConfig, apply_random_subset,
                            "baseline: as many random weight entries as a bias selection (uniform)",
-                           not_batchable=_RANDOM_NOT_BATCHABLE, describe=_random_describe, tensor_role=_random_role,))
+                           not_batchable=_RANDOM_NOT_BATCHABLE, describe=_random_describe, tensor_role=_random_role,
+                           flags=(("bias_terms", "--match_bias_terms"),)))
 register_method(MethodSpec("rand_row_col", RandRowColConfig, apply_random_subset,
                            "baseline: as many weight entries as a bias selection, in random whole rows/columns",
-                           not_batchable=_RANDOM_NOT_BATCHABLE, describe=_random_describe, tensor_role=_random_role,))
+                           not_batchable=_RANDOM_NOT_BATCHABLE, describe=_random_describe, tensor_role=_random_role,
+                           flags=(("bias_terms", "--match_bias_terms"),)))
 register_method(MethodSpec(
     "adapterbias", AdapterBiasConfig, apply_adapterbias,
     "a token-dependent shift L_alpha(h)*v on each FFN output projection, the FFN and embeddings LayerNorms "
