@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Optional, Union
 
 import transformers
@@ -12,6 +11,7 @@ from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.data.assets import packaged_copy_or
 from bitfit_hf.utils.base_loading import loading_kwargs, remember_base_loading
+from bitfit_hf.utils.quiet import transformers_errors_only
 
 
 class AutoBitFitModel:
@@ -81,7 +81,9 @@ class AutoBitFitModel:
                 kwargs.pop("revision", None)
                 source = local
         try:
-            with _quiet_about_the_head(bool(cfg.head_modules)):
+            # transformers reports the base's task head as newly initialised (or resized); the adapter
+            # brings its own head, so that report would only mislead. Other errors still raise.
+            with transformers_errors_only(bool(cfg.head_modules)):
                 model = model_cls.from_pretrained(source, **kwargs)
         except OSError as err:  # not found locally, not on the Hub, or the Hub out of reach
             raise AdapterError(
@@ -91,21 +93,6 @@ class AutoBitFitModel:
             ) from None
         remember_base_loading(model, kwargs.get("gguf_file"))
         return model
-
-
-@contextlib.contextmanager
-def _quiet_about_the_head(quiet: bool):
-    """transformers reports the base's task head as newly initialised (or resized); the adapter brings
-    its own head, so that report would only mislead. Other errors still raise."""
-    if not quiet:
-        yield
-        return
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        transformers.logging.set_verbosity(verbosity)
 
 
 def _check_label_kwargs(cfg, kwargs) -> None:

@@ -148,20 +148,9 @@ class Inputs:
 
 def _quiet_tokenizer():
     """Counting an input's full length must not print transformers' 'longer than the maximum' warning."""
-    import contextlib
+    from bitfit_hf.utils.quiet import transformers_errors_only
 
-    import transformers
-
-    @contextlib.contextmanager
-    def quiet():
-        verbosity = transformers.logging.get_verbosity()
-        transformers.logging.set_verbosity_error()
-        try:
-            yield
-        finally:
-            transformers.logging.set_verbosity(verbosity)
-
-    return quiet()
+    return transformers_errors_only()
 
 
 def _full_length(tokenizer, text, pair=None, **kwargs) -> int:
