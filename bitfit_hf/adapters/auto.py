@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Union
 
 import transformers
@@ -54,7 +55,7 @@ class AutoBitFitModel:
                 f"transformers {transformers.__version__} has no class {cfg.architecture!r} (the adapter's "
                 "architecture): upgrade transformers, or build the model yourself and use load_adapter()."
             )
-        source = base_model or cfg.base_model_name_or_path
+        source = os.path.expanduser(base_model) if base_model else cfg.base_model_name_or_path
         if not source:
             raise AdapterError("The adapter records no base model: pass base_model= (a path or a Hub id).")
         kwargs = dict(model_kwargs)

@@ -108,3 +108,11 @@ def test_mixed_task_batches_pool_each_example_like_its_adapter_alone(st_folder):
         logits = mixed(input_ids=IDS, attention_mask=MASK, task_ids=["a", "b"]).logits
     assert torch.allclose(logits[0], run(model_a)[0], atol=1e-5)
     assert torch.allclose(logits[1], run(model_b)[1], atol=1e-5)
+
+
+def test_a_base_model_path_under_home_is_expanded(st_folder, tmp_path, monkeypatch):
+    model, adapter = trained_adapter(st_folder)
+    adapter.save_pretrained(str(tmp_path / "adapter"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    loaded = AutoBitFitModel.from_pretrained(str(tmp_path / "adapter"), base_model="~/base").eval()
+    assert torch.equal(run(loaded), run(model))
