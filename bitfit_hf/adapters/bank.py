@@ -180,8 +180,13 @@ class AdapterBank:
         everywhere else (``name`` None, or a task that does not use the method: all off)."""
         settings = self._switched.get(name, {}) if name is not None else {}
         used = {method for task in self._switched.values() for method in task}
+        switches: Dict[object, object] = {}  # methods that share layers (ia3 / bitfit_ia3) share one switch
         for method in sorted(used):
-            method_spec(method).bank_switch(self.model, settings.get(method))
+            switch = method_spec(method).bank_switch
+            if switches.get(switch) is None:
+                switches[switch] = settings.get(method)
+        for switch, task_settings in switches.items():
+            switch(self.model, task_settings)
 
     def activate(self, name: str) -> None:
         """Make ``name`` the active task: its biases and head, in place, without touching weights."""
@@ -251,9 +256,10 @@ def _wrapped_modules(name: str, adapter: BitFitAdapter) -> Dict[str, List[str]]:
 def _modules_of_other_methods(bank: "AdapterBank", method: str) -> set:
     """Modules that the layers of methods other than ``method`` already wrap in the bank's model."""
     found = set()
+    own = METHODS[method].bank_layers
     for other in {m for task in bank._switched.values() for m in task if m != method}:
         spec = METHODS[other]
-        if spec.bank_layers is not None:
+        if spec.bank_layers is not None and spec.bank_layers is not own:  # not layers of the same kind
             found.update(spec.bank_layers(bank.model))
     return found
 
