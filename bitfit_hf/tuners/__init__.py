@@ -23,6 +23,11 @@ from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
 from bitfit_hf.tuners.adapterbias.model import adapterbias_tensor_role, apply_adapterbias, insert_shifts
 from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.tuners.bias.model import BitFitState, apply_bitfit
+from bitfit_hf.tuners.bitfit_ia3 import layer as ia3_layer
+from bitfit_hf.tuners.bitfit_ia3.config import IA3, BitFitIA3Config, IA3Config
+from bitfit_hf.tuners.bitfit_ia3.layer import is_ia3_tensor
+from bitfit_hf.tuners.bitfit_ia3.model import apply_bitfit_ia3
+from bitfit_hf.tuners.bitfit_ia3.model import bank_attach as ia3_bank_attach
 from bitfit_hf.tuners.bitfit_lora import layer as lora_bank
 from bitfit_hf.tuners.bitfit_lora.config import LORA, BitFitLoraConfig
 from bitfit_hf.tuners.bitfit_lora.layer import is_lora_tensor
@@ -247,3 +252,40 @@ register_method(MethodSpec(
     label=lambda config: "lora" if bias_terms_of(config) == ["frozen"] else None,
     describe=_lora_describe,
 ))
+
+
+_IA3_NOT_BATCHABLE = (
+    "its (IA)³ vectors multiply activations (a key's, a value's or the FFN's inner one) instead of adding to them; "
+    "routing them per example needs per-example scaling hooks, which mixed-task batches do not have yet. Serve "
+    "(IA)³ tasks one at a time with AdapterBank.activate(), from a bank of their own"
+)
+_IA3_CITATION = """@inproceedings{liu2022fewshot,
+    title = "Few-Shot Parameter-Efficient Fine-Tuning is Better and Cheaper than In-Context Learning",
+    author = "Liu, Haokun and Tam, Derek and Muqeeth, Mohammed and Mohta, Jay and Huang, Tenghao and Bansal, Mohit and Raffel, Colin",
+    booktitle = "Advances in Neural Information Processing Systems",
+    year = "2022",
+    url = "https://arxiv.org/abs/2205.05638",
+}"""
+
+
+def _ia3_spec(name: str, config_class: type, description: str, display_name: str) -> MethodSpec:
+    return MethodSpec(
+        name, config_class, apply_bitfit_ia3, description, inserts_modules=True, display_name=display_name,
+        paper="Few-Shot Parameter-Efficient Fine-Tuning is Better and Cheaper than In-Context Learning (Liu et al., "
+              "NeurIPS 2022): https://arxiv.org/abs/2205.05638",
+        citation=_IA3_CITATION,
+        merge=lambda state, model: state.merged_state_dict(model),
+        not_batchable=_IA3_NOT_BATCHABLE,
+        tensor_role=lambda tensor: IA3 if is_ia3_tensor(tensor) else None,
+        bank_modules=ia3_layer.bank_modules, bank_attach=ia3_bank_attach, bank_switch=ia3_layer.bank_switch,
+        bank_layers=ia3_layer.bank_layers,
+        peft_refusal=("its (IA)³ vectors and bias terms: a PEFT adapter holds one tuner type. Use bitfit-hf to load "
+                      "it, or `bitfit-hf merge` for a plain checkpoint"),
+        describe=lambda config: f"{name} (bias terms {_terms(config)}; {_settings(config) or 'paper targets'})",
+    )
+
+
+register_method(_ia3_spec("ia3", IA3Config, "peft (IA)³ scaling vectors on keys, values and the FFN's inner activation "
+                          "+ head, no bias term", "(IA)³"))
+register_method(_ia3_spec("bitfit_ia3", BitFitIA3Config, "bias terms + head, plus peft (IA)³ scaling vectors on keys, "
+                          "values and the FFN's inner activation", "BitFit + (IA)³"))

@@ -1,0 +1,152 @@
+"""Walk the network: BitFit's selection first (on the stock module names), then (IA)³ through peft.
+
+As for BitFit + LoRA: BitFit resolves roles, adds biases and fingerprints the frozen base on the stock names;
+peft then wraps the targets (``value`` becomes ``value.base_layer`` + ``value.ia3_l``); the selection is renamed
+to the wrapped names and ``requires_grad`` set on exactly the vectors, the selected biases and the head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from bitfit_hf.tuners.bias.model import apply_bitfit
+from bitfit_hf.tuners.bitfit_ia3.config import IA3, BitFitIA3Config
+from bitfit_hf.tuners.bitfit_ia3.layer import ia3_layers, inject_ia3, merged_tensors, set_layer_enabled
+from bitfit_hf.tuners.peft_layers import is_branch_parameter, stock_name, wrapped_name
+from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, HEAD, match_role
+from bitfit_hf.tuners.state import (
+    Selection,
+    TrainedTensor,
+    TunerState,
+    detect_head_modules,
+    get_tuner_state,
+    set_tuner_state,
+    unwrap,
+)
+from bitfit_hf.utils.names import is_under
+
+OUTPUT_ROLES = ("b_k", "b_v")  # keys and values: their outputs are scaled
+FEEDFORWARD_ROLES = ("b_m3",)  # the FFN output projection: its input (the FFN's inner activation) is scaled
+_LAYER = re.compile(r"\.(\d+)\.")
+
+
+class BitFitIA3State(TunerState):
+    """:class:`TunerState` plus the (IA)³-wrapped module names (stock names)."""
+
+    def __init__(self, selection: Selection, added_biases: Dict[str, str], fingerprint: str, ia3_modules: List[str]):
+        super().__init__(selection, added_biases, fingerprint)
+        self.ia3_modules = ia3_modules
+
+    def merged_state_dict(self, model: nn.Module) -> Dict[str, torch.Tensor]:
+        """The model's state dict in stock names with every vector folded into its base weight (and bias)."""
+        model = unwrap(model)
+        layers = ia3_layers(model)
+        merged = {}
+        for key, value in model.state_dict().items():
+            if is_branch_parameter(key, layers):
+                continue
+            merged[stock_name(key, layers)] = value.detach().to("cpu")
+        for name, layer in layers.items():
+            merged.update(merged_tensors(name, layer))
+        return merged
+
+
+def _role_modules(model: nn.Module, roles, heads: List[str]) -> List[str]:
+    model_type = getattr(getattr(model, "config", None), "model_type", "") or ""
+    table = ARCHITECTURE_ROLES.get(model_type, {})
+    return [name for name, module in model.named_modules()
+            if name and not is_under(name, heads) and hasattr(module, "weight")
+            and any(match_role(rule, name) is not None for role in roles for rule in table.get(role, []))]
+
+
+def _matching(model: nn.Module, targets, heads: List[str]) -> List[str]:
+    from peft import IA3Config
+    from peft.tuners.tuners_utils import check_target_module_exists
+
+    probe = IA3Config(target_modules=targets)
+    return [name for name, _ in model.named_modules()
+            if name and not is_under(name, heads) and bool(check_target_module_exists(probe, name))]
+
+
+def resolve_targets(model: nn.Module, config, heads: List[str]) -> Tuple[List[str], List[str]]:
+    """``(targets, feedforward targets)``: exact module names; errors naming the model's Linear layers."""
+    model_type = getattr(getattr(model, "config", None), "model_type", "") or type(model).__name__
+    if config.ia3_target_modules is None:
+        targets = _role_modules(model, OUTPUT_ROLES + FEEDFORWARD_ROLES, heads)
+        if not targets:
+            raise ValueError(
+                f"No default (IA)³ target for a {model_type!r} model (no key / value / FFN output role): set "
+                "ia3_target_modules (--ia3_target_modules) and ia3_feedforward_modules."
+            )
+    else:
+        targets = _matching(model, config.ia3_target_modules, heads)
+        if not targets:
+            linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)][:8]
+            raise ValueError(f"ia3_target_modules={config.ia3_target_modules!r} matches no module of this model (outside "
+                             f"the head {heads}). Its Linear layers include: {', '.join(linears)}.")
+    if config.ia3_feedforward_modules is None:
+        feedforward = set(_role_modules(model, FEEDFORWARD_ROLES, heads))
+    else:
+        feedforward = set(_matching(model, config.ia3_feedforward_modules, heads))
+    return targets, [t for t in targets if t in feedforward]
+
+
+def apply_bitfit_ia3(model: nn.Module, config: Optional[BitFitIA3Config] = None) -> BitFitIA3State:
+    """Prepare ``model`` in place for BitFit + (IA)³ (or (IA)³ alone) and return the state (kept on the model)."""
+    config = config or BitFitIA3Config()
+    model = unwrap(model)
+    previous = get_tuner_state(model)
+    if ia3_layers(model):
+        if isinstance(previous, BitFitIA3State) and previous.config == config:
+            return previous
+        raise ValueError("This model already carries (IA)³ layers: (IA)³ prepares a stock model once. Load a fresh "
+                         "base model to use other settings (or to apply this adapter).")
+    heads = list(config.head_modules) if config.head_modules is not None else detect_head_modules(model)
+    targets, feedforward = resolve_targets(model, config, heads)
+
+    bitfit = apply_bitfit(model, config)  # roles, added biases, fingerprint: all on the stock names
+    inject_ia3(model, targets, feedforward)
+
+    params = dict(model.named_parameters())
+    entries = [dataclasses.replace(e, name=wrapped_name(e.name, targets)) for e in bitfit.selection.entries]
+    vectors = []
+    for name, param in params.items():
+        if is_branch_parameter(name, targets):
+            found = _LAYER.search(name)
+            vectors.append(TrainedTensor(name, IA3, found.group(1) if found else "", param.numel()))
+    head_start = next((i for i, e in enumerate(entries) if e.role == HEAD), len(entries))
+    selection = dataclasses.replace(bitfit.selection, entries=entries[:head_start] + vectors + entries[head_start:])
+
+    trained = set(selection.parameter_names)
+    for name, param in params.items():
+        param.requires_grad_(name in trained)
+    state = BitFitIA3State(selection, dict(bitfit.added_biases), bitfit.fingerprint, targets)
+    state.mask_handles = bitfit.mask_handles
+    state.base_sketch = bitfit.base_sketch  # of the stock base, taken before peft wrapped its modules
+    set_tuner_state(model, state)
+    return state
+
+
+def bank_attach(model: nn.Module, modules: List[str], method_config: dict) -> Dict[str, bool]:
+    """AdapterBank hook: wrap ``modules`` in (IA)³ layers where the shared model has none yet (turned off until a
+    task using them is active); which scale their input is resolved as at training time."""
+    config = BitFitIA3Config.from_dict({k: v for k, v in method_config.items() if k.startswith("ia3_")})
+    heads = [n for n in detect_head_modules(model)]
+    _, feedforward = resolve_targets(model, dataclasses.replace(config, ia3_target_modules=list(modules)), heads)
+    existing = ia3_layers(model)
+    missing = [m for m in modules if m not in existing]
+    if missing:
+        inject_ia3(model, missing, feedforward)
+        for module_name, layer in ia3_layers(model).items():
+            if module_name in missing:
+                set_layer_enabled(layer, False)
+    layers = ia3_layers(model)
+    for module_name in modules:
+        if bool(layers[module_name].is_feedforward) != (module_name in feedforward):
+            raise ValueError(f"{module_name!r} scales its input for one task of this bank and its output for another")
+    return {m: True for m in modules}

@@ -1,0 +1,138 @@
+"""(IA)³ and BitFit + (IA)³: peft scaling vectors on keys, values and the FFN's inner activation (plus the selected
+biases and the head) train; nothing else moves; the adapter reproduces the trained logits exactly on a stock base,
+the bank switches them, and the merged checkpoint matches up to float rounding."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers as T
+from conftest import batch, tiny_model
+from datasets import Dataset
+
+from bitfit_hf import AdapterBank, AutoBitFitModel, BitFitAdapter, BitFitConfig, BitFitTrainer, export_merged
+from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.tuners import METHODS, apply_method
+from bitfit_hf.tuners.bitfit_ia3 import IA3, BitFitIA3Config, BitFitIA3State, IA3Config
+
+MERGE_ATOL = 1e-5  # x (W * l) rounds differently from (x W) * l
+
+
+def _dataset(vocab, n=16, length=12):
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(3, vocab, (n, length), generator=g)
+    return Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": [[1] * length] * n,
+                              "labels": (ids[:, 1] % 2).tolist()})
+
+
+def _args(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, max_steps=3, learning_rate=2e-2,
+                report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0)
+    base.update(kw)
+    return T.TrainingArguments(**base)
+
+
+@pytest.mark.parametrize("config_class", [IA3Config, BitFitIA3Config], ids=["ia3", "bitfit_ia3"])
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_only_the_methods_tensors_move_and_the_adapter_reloads_exactly(arch, config_class, tmp_path):
+    model = tiny_model(arch, num_labels=2)
+    base_dir = tmp_path / "base"
+    model.save_pretrained(base_dir)
+    model = T.AutoModelForSequenceClassification.from_pretrained(base_dir)
+    config = config_class(ia3_learning_rate=3e-2, bias_learning_rate=1e-2)
+    state = apply_method(model, config)
+    assert isinstance(state, BitFitIA3State)
+    leaves = {m.rsplit(".", 2)[-2:][-1] if not m.endswith("output.dense") else "output.dense" for m in state.ia3_modules}
+    assert leaves == {"key", "value", "output.dense"}
+    assert not any("attention.output.dense" in m for m in state.ia3_modules)  # b_m3 only, never b_m1
+    roles = {e.role for e in state.selection.entries}
+    assert IA3 in roles and "head" in roles
+    assert (len(roles) > 2) == (config_class is BitFitIA3Config)  # ia3 trains no bias
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = BitFitTrainer(model, _args(tmp_path), train_dataset=_dataset(model.config.vocab_size), bitfit_config=config)
+    trainer.train()
+    model.eval()
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved == set(state.selection.parameter_names)  # everything else bit-identical
+    rates = {g.get("initial_lr", g["lr"]) for g in trainer.optimizer.param_groups}
+    assert 3e-2 in rates
+
+    inputs = batch(vocab=model.config.vocab_size)
+    with torch.no_grad():
+        trained = model(**inputs).logits
+    trainer.save_model(str(tmp_path / "adapter"))
+    saved = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert saved["method"] == config_class.method
+    assert any(".ia3_l." in n for n in saved["adapter_parameters"])
+    summary = json.loads((tmp_path / "adapter" / "trainable_summary.json").read_text())
+    assert summary["per_role"][IA3] > 0
+
+    loaded = AutoBitFitModel.from_pretrained(str(tmp_path / "adapter"), base_model=str(base_dir)).eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(**inputs).logits, trained)  # exactly
+
+    export_merged(loaded, str(tmp_path / "merged"))
+    plain = T.AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
+    assert not any("ia3" in n for n, _ in plain.named_parameters())
+    with torch.no_grad():
+        diff = (plain(**inputs).logits - trained).abs().max().item()
+    assert diff <= MERGE_ATOL, diff
+
+
+def test_ia3_leaves_outputs_unchanged_until_trained():
+    model = tiny_model("bert", num_labels=2)
+    with torch.no_grad():
+        expected = model(**batch()).logits
+    apply_method(model, BitFitIA3Config())
+    with torch.no_grad():
+        assert torch.equal(model(**batch()).logits, expected)
+
+
+def _perturbed_adapter(config, seed):
+    model = tiny_model("bert", num_labels=2 + seed % 2)
+    apply_method(model, config)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(0.2 * torch.randn(param.shape, generator=g))
+        logits = model(**batch()).logits
+    return BitFitAdapter.from_model(model), logits
+
+
+def test_adapter_bank_switches_ia3_tasks_bias_tasks_and_the_base_exactly():
+    ia3, ia3_logits = _perturbed_adapter(IA3Config(), 1)
+    bias_only, bias_logits = _perturbed_adapter(BitFitConfig(), 2)
+    both, both_logits = _perturbed_adapter(BitFitIA3Config(ia3_target_modules=["value"]), 3)
+    base = tiny_model("bert", num_labels=2)
+    with torch.no_grad():
+        base_logits = base(**batch()).logits
+    bank = AdapterBank(base)
+    bank.add("bias", bias_only)
+    bank.add("ia3", ia3)
+    bank.add("both", both)
+    expected = {"ia3": ia3_logits, "bias": bias_logits, "both": both_logits, None: base_logits}
+    with torch.no_grad():
+        for name in ["ia3", "bias", "both", "ia3", None, "both", "bias"]:
+            bank.activate(name) if name else bank.restore_base()
+            assert torch.equal(base(**batch()).logits, expected[name]), name
+
+
+def test_multitask_refuses_ia3_tasks_with_the_reason():
+    from bitfit_hf.adapters.multitask import MultiTaskModel
+
+    ia3, _ = _perturbed_adapter(IA3Config(), 1)
+    with pytest.raises(AdapterError, match=r"uses ia3: .*multiply activations"):
+        MultiTaskModel(tiny_model("bert", num_labels=2), {"ia3": ia3})
+
+
+def test_registry_and_config_checks():
+    assert METHODS["ia3"].merge is not None and METHODS["bitfit_ia3"].not_batchable
+    assert IA3Config().bias_terms == ["frozen"]
+    with pytest.raises(ValueError, match="full"):
+        BitFitIA3Config(bias_terms="full")
+    with pytest.raises(ValueError, match="matches no module"):
+        apply_method(tiny_model("bert"), IA3Config(ia3_target_modules=["nothing_here"]))
+    assert IA3Config.from_dict(IA3Config(ia3_target_modules=["value"]).to_dict()).ia3_target_modules == ["value"]
