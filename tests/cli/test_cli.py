@@ -18,7 +18,10 @@ VERB_NAMES = ["info", "pull", "push", "merge", "export-peft", "predict", "serve"
 
 
 def entry_point() -> str:
-    path = shutil.which("bitfit-hf")
+    """The console script installed beside this interpreter (a virtual environment's bin/ need not be on
+    PATH: `make test` runs .venv/bin/python directly), else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "bitfit-hf")
+    path = beside if os.access(beside, os.X_OK) else shutil.which("bitfit-hf")
     assert path, "the bitfit-hf console script is not installed (pip install -e .)"
     return path
 
