@@ -128,7 +128,13 @@ def test_sigkill_at_random_moments_of_repeated_saves(tmp_path):
         for _ in range(loaded.config.metadata.get("step", 0)):  # the config's save wrote exactly these tensors
             expected = {k: v + 1 for k, v in expected.items()}
         assert same_tensors(loaded.tensors, expected)
-        assert json.loads((adapter_dir / CONFIG_NAME).read_text())["metadata"] == loaded.config.metadata
+        # A kill between the save's two renames leaves the side file one save ahead of the weights; the load
+        # uses the config embedded in the weights and leaves the folder alone (loads never write).
+        side = json.loads((adapter_dir / CONFIG_NAME).read_text())["metadata"]
+        step = loaded.config.metadata.get("step", 0)
+        assert side == loaded.config.metadata or side.get("step") == step + 1, (side, loaded.config.metadata)
     BitFitAdapter.from_pretrained(str(adapter_dir)).save_pretrained(str(adapter_dir))
     assert [n for n in os.listdir(adapter_dir) if n.endswith(".tmp")] == []
+    resaved = BitFitAdapter.from_pretrained(str(adapter_dir))
+    assert json.loads((adapter_dir / CONFIG_NAME).read_text())["metadata"] == resaved.config.metadata
 
