@@ -219,6 +219,16 @@ time.sleep(120)
 '''
 
 
+def _interruptible():
+    """The study as a terminal starts it: SIGINT at its default and unblocked. An ignored SIGINT is inherited
+    across exec (and an earlier test of the same pytest process may have left it so), and Python then never
+    raises KeyboardInterrupt."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_with_jobs_stops_every_running_cell_and_records_none(tmp_path):
     import signal
     import subprocess
@@ -232,7 +242,7 @@ def test_ctrl_c_with_jobs_stops_every_running_cell_and_records_none(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "bitfit_hf.study", "--budget", "smoke", "--tasks", "sentiment", "--methods", "bitfit",
          "--recipes_dir", str(recipes), "--output_dir", str(out), "--no-progress", "--jobs", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible)
     deadline = time.time() + 60
     while len(list((out / "pids").glob("*")) if (out / "pids").is_dir() else []) < 2:
         assert time.time() < deadline and proc.poll() is None, "two cells did not start side by side"
