@@ -5,8 +5,10 @@ Each cell is one run of ``recipes/glue.py`` on its default budget (all-MiniLM-L6
 movie-review training sentences, 3 epochs, batch 32) with ``--method``, ``--learning_rate`` and
 ``--seed`` set, scored on a dev split carved from the *training* data (``--dev_split_from_train``: the
 last 1,000 training sentences, never among the 3,200 trained on); the reported validation set is never
-read. Cells run seed-major (every method and rate on seed 0, then seed 1), so an interrupted sweep
-still leaves a complete one-seed table; results are appended to a JSONL file as each cell ends, and a
+read. Cells run seed-major (every method and rate on the first seed, then the next), so an interrupted
+sweep still leaves a complete one-seed table. Later seeds run only at each method's ``--top`` best rates
+of the first seed (a two-stage sweep: the first seed narrows the grid, the second decides between the
+finalists on two-seed means); results are appended to a JSONL file as each cell ends, and a
 second call skips the cells already there.
 
     python benchmarks/lr_sweep.py                                 # the whole grid, 2 seeds
@@ -37,16 +39,17 @@ RECIPE = os.path.join(ROOT, "recipes", "glue.py")
 #: Rates tried per method, about a decade around the folklore value; ``adapterbias_shared`` is
 #: ``--method adapterbias --share_alpha``. 1e-2 was added for ``bitfit``, ``adapterbias`` and ``lora`` after their
 #: seed-0 best came out at the largest rate tried (3e-3): a best rate on the grid's edge is not a choice.
+#: ``bitfit_lora`` starts at 1e-3 for the same reason (both of its parts chose 3e-3 or more on seed 0).
 GRID: Dict[str, List[float]] = {
     "bitfit": [3e-4, 1e-3, 3e-3, 1e-2],
     "adapterbias": [1e-4, 1e-3, 3e-3, 1e-2],
     "lora": [5e-4, 1e-3, 3e-3, 1e-2],
-    "bitfit_lora": [3e-4, 1e-3, 3e-3],
+    "bitfit_lora": [1e-3, 3e-3, 1e-2],
     "full": [2e-5, 5e-5, 1e-4],
     "frozen": [1e-3, 3e-3, 1e-2],
+    "adapterbias_shared": [1e-3, 3e-3, 1e-2],
     "rand_uniform": [1e-3, 3e-3, 1e-2],
     "rand_row_col": [1e-3, 3e-3, 1e-2],
-    "adapterbias_shared": [1e-4, 1e-3, 3e-3],
 }
 
 
@@ -101,14 +104,17 @@ def run_cell(method: str, rate: float, seed: int, dev_size: int, threads: int, e
 
 
 def best_rates(rows: Dict[str, dict]) -> Dict[str, dict]:
-    """Per method: mean dev accuracy of each rate over the seeds run, and the best rate (ties: the lower rate)."""
+    """Per method: mean dev accuracy of each rate over the seeds run, and the best rate among the rates run on
+    the most seeds (the finalists of a two-stage sweep; ties: the lower rate)."""
     table: Dict[str, dict] = {}
     for row in rows.values():
         table.setdefault(row["method"], {}).setdefault(row["learning_rate"], []).append(row["dev_accuracy"])
     out = {}
     for method, by_rate in table.items():
         means = {rate: statistics.mean(scores) for rate, scores in by_rate.items()}
-        best = max(sorted(means), key=lambda rate: means[rate])
+        most_seeds = max(len(scores) for scores in by_rate.values())
+        finalists = sorted(rate for rate, scores in by_rate.items() if len(scores) == most_seeds)
+        best = max(finalists, key=lambda rate: means[rate])
         out[method] = {"by_rate": by_rate, "means": means, "best": best}
     return out
 
@@ -118,7 +124,9 @@ def markdown(rows: Dict[str, dict], machine: str) -> str:
     lines = ["Made by `python benchmarks/lr_sweep.py` (resumable; `--report` rewrites this file). Each cell: "
              "`python recipes/glue.py --method M --learning_rate R --seed S --dev_split_from_train 1000 "
              "--eval_before_training false --save_strategy no --report_to none` (the default budget: 3,200 training "
-             "sentences, 3 epochs, batch 32), scored on the last 1,000 training sentences, never the validation set.",
+             "sentences, 3 epochs, batch 32), scored on the last 1,000 training sentences, never the validation set. "
+             "Every rate runs on the first seed; the second seed runs only at each method's two best rates of the "
+             "first, and the best is chosen among those on the two-seed mean.",
              "", "| method | " + "rate: dev accuracy (mean over seeds; each seed) | best |", "| --- | --- | --- |"]
     for method in [m for m in GRID if m in summary]:
         entry = summary[method]
@@ -135,6 +143,25 @@ def markdown(rows: Dict[str, dict], machine: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def finalist_rates(done: Dict[str, dict], method: str, seed: int, top: int) -> List[float]:
+    """The ``top`` rates of ``method`` with the best dev accuracy on ``seed`` (every rate when ``top`` is 0)."""
+    scored = [(done[cell_key(method, rate, seed)]["dev_accuracy"], rate) for rate in GRID[method]
+              if cell_key(method, rate, seed) in done]
+    ranked = [rate for _, rate in sorted(scored, key=lambda pair: -pair[0])]
+    return ranked if top <= 0 else ranked[:top]
+
+
+def run_cells(cells, one, jobs: int) -> None:
+    """Run ``one(cell)`` for every cell, ``jobs`` at a time; stop at the first failure."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(one, cell) for cell in cells]
+        for future in as_completed(futures):
+            if future.exception() is not None:  # stop at the first failed cell: no hour of runs to discard
+                for other in futures:
+                    other.cancel()
+                raise future.exception()
+
+
 def machine_line() -> str:
     import torch
     import transformers
@@ -149,6 +176,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--dev-size", type=int, default=1000, help="training sentences carved off as the dev split")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores / jobs)")
+    parser.add_argument("--top", type=int, default=2,
+                        help="later seeds run only at each method's TOP best rates on the first seed (0: every rate)")
     parser.add_argument("--jobs", type=int, default=1, help="cells run side by side")
     parser.add_argument("--results", default=os.path.join(HERE, "results", "lr_sweep.jsonl"))
     parser.add_argument("--markdown", default=os.path.join(HERE, "results", "lr_sweep.md"))
@@ -168,9 +197,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     done = read_results(args.results)
     threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
     if not args.report:
-        todo = [(method, rate, seed) for seed in seeds for method in methods
+        todo = [(method, rate, seed) for method in methods
                 for rate in (GRID[method][1:2] if args.quick else GRID[method])
-                if cell_key(method, rate, seed) not in done]
+                for seed in seeds[:1] if cell_key(method, rate, seed) not in done]
         lock = threading.Lock()
 
         def one(cell):
@@ -182,13 +211,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"{method:20s} lr={rate:<8g} seed={seed}  dev accuracy {row['dev_accuracy'] * 100:.1f}  "
                       f"({row['seconds']:.0f} s)", flush=True)
 
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = [pool.submit(one, cell) for cell in todo]
-            for future in as_completed(futures):
-                if future.exception() is not None:  # stop at the first failed cell: no hour of runs to discard
-                    for other in futures:
-                        other.cancel()
-                    raise future.exception()
+        run_cells(todo, one, args.jobs)
+        finalists = {method: finalist_rates(done, method, seeds[0], args.top) for method in methods}
+        later = [(method, rate, seed) for seed in seeds[1:] for method in methods
+                 for rate in (GRID[method][1:2] if args.quick else finalists[method])
+                 if cell_key(method, rate, seed) not in done]
+        run_cells(later, one, args.jobs)
     table = markdown(done, machine_line())
     if args.markdown:
         os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
