@@ -129,8 +129,9 @@ class ModelArguments:
         metadata={"help": "A sentence-transformers base (modules.json with a Pooling module, like the default "
                   "all-MiniLM-L6-v2) never trained its pooler. checkpoint: classify from the checkpoint's own pooling "
                   "(mean / CLS / max, as its 1_Pooling config says), the pooler removed; train_pooler: keep the "
-                  "model's pooler and train it with the head (a larger adapter). Other bases are unaffected.",
-                  "choices": ["checkpoint", "train_pooler"]},
+                  "model's pooler and train it with the head (a larger adapter); as_loaded: leave the model as transformers "
+                  "builds it (the untrained pooler frozen). Other bases are unaffected.",
+                  "choices": ["checkpoint", "train_pooler", "as_loaded"]},
     )
     load_in_8bit: bool = field(
         default=False, metadata={"help": "QBitFit: load the base in 8-bit with bitsandbytes. Needs a CUDA GPU and bitsandbytes."}

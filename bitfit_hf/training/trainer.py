@@ -30,6 +30,7 @@ from bitfit_hf.training.distributed import (
     zero12_evaluation_before_training,
 )
 from bitfit_hf.training.optim import compact_sparse_state, keep_untrained_entries, parameter_groups, without_names
+from bitfit_hf.training.pooling_head import apply_pooling_head, pooling_already_decided
 from bitfit_hf.training.quantized_base import biases_count_as_adapter
 from bitfit_hf.tuners import apply_method, method_label
 from bitfit_hf.tuners.bias.config import BitFitConfig
@@ -69,7 +70,8 @@ class BitFitTrainerBase(Trainer):
     roles or patterns and per-group learning rates. ``base_model_name_or_path`` /
     ``base_model_revision`` are recorded in the saved adapter (default: the model's ``_name_or_path``), and
     ``adapter_metadata`` in its metadata (the glue recipe's ``text_columns``, which ``bitfit-hf predict`` checks
-    its inputs against).
+    its inputs against). ``pooling_head`` says how a sequence classifier on a sentence-transformers checkpoint
+    gets its sentence vector (:mod:`bitfit_hf.training.pooling_head`: its own pooling by default).
     ``save_model`` writes the bias-only adapter unless ``bitfit_config.save_full_model`` is set.
     """
 
@@ -82,11 +84,15 @@ class BitFitTrainerBase(Trainer):
         base_model_name_or_path: Optional[str] = None,
         base_model_revision: Optional[str] = None,
         adapter_metadata: Optional[Dict[str, Any]] = None,
+        pooling_head: str = "checkpoint",
         **trainer_kwargs,
     ):
         if model is None:
             raise ValueError("BitFitTrainer needs `model=`; model_init is not supported.")
         state = get_bitfit_state(model)
+        if state is None and not pooling_already_decided(model):  # the recipes decide when they load
+            source = base_model_name_or_path or getattr(getattr(model, "config", None), "_name_or_path", None)
+            apply_pooling_head(model, source, pooling_head, revision=base_model_revision)
         if state is None or (bitfit_config is not None and bitfit_config != state.config):
             state = apply_method(model, bitfit_config)
         if state.selection.trainable_numel == 0:

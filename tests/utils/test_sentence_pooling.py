@@ -20,20 +20,10 @@ from bitfit_hf.utils.sentence_pooling import (
     sentence_pooling_of,
 )
 
-
-def write_sentence_transformers_files(folder, pooling: dict, pooling_dir: str = "1_Pooling") -> None:
-    modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": pooling_dir, "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-    ]
-    (folder / "modules.json").write_text(json.dumps(modules))
-    (folder / pooling_dir).mkdir()
-    (folder / pooling_dir / "config.json").write_text(json.dumps(pooling))
-
-
-OLD_MEAN = {"word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
-            "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}
+try:
+    from tests.support.sentence_transformers_files import OLD_MEAN, write_sentence_transformers_files
+except ImportError:  # tests/ (not the repo root) is on sys.path
+    from support.sentence_transformers_files import OLD_MEAN, write_sentence_transformers_files  # type: ignore[no-redef]
 
 
 @pytest.mark.parametrize("config, mode", [
