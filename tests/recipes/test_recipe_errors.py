@@ -140,10 +140,10 @@ def test_squad_missing_column_and_bad_stride(tmp_path):
 
 
 def test_cli_prints_the_fetch_command_for_a_missing_asset(tmp_path, monkeypatch, capsys):
-    from bitfit_hf.data import assets
+    from bitfit_hf.data.assets import status
 
     monkeypatch.setenv("BITFIT_HF_CACHE", str(tmp_path / "empty-cache"))
-    monkeypatch.setattr(assets, "_installed_model", lambda spec: None)  # a fresh machine: no model wheel installed
+    monkeypatch.setattr(status, "installed_model", lambda spec: None)  # a fresh machine: no model wheel installed
     module = load_recipe("pos")
     with pytest.raises(SystemExit) as exit_info:
         cli_entry(lambda: module.main(["--output_dir", str(tmp_path / "out")]))
