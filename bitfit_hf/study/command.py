@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
            "a few tiny runs that check the machinery")
     option("output_dir", type=os.path.expanduser, default=None, help="where cells, runs and the report go (default outputs/study-<budget>)")
     option("model_name_or_path", type=os.path.expanduser, default=None,
-           help="model for every cell (default: all-MiniLM-L6-v2 from its wheel); a base-size model with --device cuda")
+           help="model for every cell (default: all-MiniLM-L6-v2 from its wheel): a path, a Hub id or an offline model "
+           "asset (mpnet: all-mpnet-base-v2, base size, with --device cuda)")
     option("device", choices=["auto", "cpu", "cuda"], default="auto",
            help="auto: what the recipes pick (GPU when present); cpu; cuda (fails without a GPU)")
     option("tasks", nargs="+", choices=list(TASKS), default=None, help="only these tasks")
@@ -102,6 +103,16 @@ def _dry_run(study: Study) -> None:
             example.cell, example.cell_id, "<recipes>")))
 
 
+def _fetch_model_asset(model: Optional[str]) -> None:
+    """A model asset named by --model_name_or_path (``mpnet``) is fetched once here, before the cells start,
+    rather than by the first cells at once (each would wait on the others' download)."""
+    from bitfit_hf.data.assets import ensure_assets, model_asset_name
+
+    name = model_asset_name(model)
+    if name is not None:
+        ensure_assets([name])
+
+
 def run(args: argparse.Namespace, argv: Optional[Sequence[str]] = None) -> int:
     """Plan, run the pending cells (unless --dry-run / --report-only), write the report."""
     from bitfit_hf.study.report import REPORT_NAME, write_report
@@ -114,6 +125,7 @@ def run(args: argparse.Namespace, argv: Optional[Sequence[str]] = None) -> int:
     if args.report_only:
         states = study.states()
     else:
+        _fetch_model_asset(args.model_name_or_path)
         states = study.run(progress=not args.no_progress, max_cells=args.max_cells, jobs=args.jobs)
     command = " ".join(shlex.quote(a) for a in (argv if argv is not None else ["python", "-m", "bitfit_hf.study",
                                                                                   *sys.argv[1:]]))
