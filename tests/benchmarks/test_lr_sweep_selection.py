@@ -1,0 +1,37 @@
+"""The learning-rate sweep's two stages: finalists from the first seed, the choice on the finalists' means."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def sweep_module():
+    spec = importlib.util.spec_from_file_location("lr_sweep", os.path.join(ROOT, "benchmarks", "lr_sweep.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def rows(sweep, scores):
+    """{(rate, seed): dev accuracy} for bitfit -> the results mapping the sweep keeps."""
+    return {sweep.cell_key("bitfit", rate, seed): {"method": "bitfit", "learning_rate": rate, "seed": seed,
+                                                   "dev_accuracy": acc} for (rate, seed), acc in scores.items()}
+
+
+def test_later_seeds_run_only_at_the_first_seeds_best_rates():
+    sweep = sweep_module()
+    done = rows(sweep, {(3e-4, 0): 0.70, (1e-3, 0): 0.78, (3e-3, 0): 0.80, (1e-2, 0): 0.79})
+    assert sweep.finalist_rates(done, "bitfit", 0, 2) == [3e-3, 1e-2]
+    assert sweep.finalist_rates(done, "bitfit", 0, 0) == [3e-3, 1e-2, 1e-3, 3e-4]
+
+
+def test_the_best_rate_is_chosen_among_the_rates_run_on_every_seed():
+    sweep = sweep_module()
+    # 1e-3 scored highest on seed 0 alone, but only 3e-3 and 1e-2 went on to seed 1: the choice is between those.
+    done = rows(sweep, {(1e-3, 0): 0.90, (3e-3, 0): 0.80, (1e-2, 0): 0.79, (3e-3, 1): 0.76, (1e-2, 1): 0.79})
+    summary = sweep.best_rates(done)["bitfit"]
+    assert summary["best"] == 1e-2
+    assert abs(summary["means"][3e-3] - 0.78) < 1e-9
