@@ -11,10 +11,12 @@ import math
 import statistics
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from bitfit_hf.study.grid import METHOD_ROWS, Budget
-from bitfit_hf.study.runner import NOT_AVAILABLE, CellState
+from bitfit_hf.study.grid import MAIN, METHOD_ROWS, Budget
+from bitfit_hf.study.state import NOT_AVAILABLE, WAITING, CellState
+from bitfit_hf.study.sweep import choose_rates
 
-__all__ = ["stat", "grid_table", "curve_table", "find_crossover", "cost_table", "bias_change_average", "aggregate"]
+__all__ = ["stat", "grid_table", "curve_table", "find_crossover", "cost_table", "bias_change_average", "sweep_table",
+           "aggregate"]
 
 
 def stat(values: Iterable[Optional[float]]) -> Dict[str, Any]:
@@ -36,10 +38,16 @@ def _entry(states: Sequence[CellState]) -> Dict[str, Any]:
         "score": stat(r["score"] for r in done),
         "train_score": stat(r.get("train_score") for r in done),
         "gap": stat(r["train_score"] - r["score"] for r in done if r.get("train_score") is not None),
+        # per seed: what the paired comparisons and the validity gates of the claims work on
+        "runs": [{"seed": r["seed"], "score": r["score"], "train_score": r.get("train_score"),
+                  "final_train_loss": r.get("final_train_loss")} for r in done],
+        "learning_rate": states[0].cell.learning_rate if states else None,
     }
     if not done:
         if any(s.status == "unavailable" for s in states):
             entry["status"] = NOT_AVAILABLE
+        elif any(s.status == WAITING for s in states):
+            entry["status"] = WAITING
         elif failed:
             entry["status"] = "failed: " + str(failed[0].record.get("error", "?"))[:300]
         else:
@@ -50,7 +58,9 @@ def _entry(states: Sequence[CellState]) -> Dict[str, Any]:
 
 
 def _by(states: Sequence[CellState], task: str, method: str, size: int) -> List[CellState]:
-    return [s for s in states if s.cell.task == task and s.cell.method == method and s.cell.train_size == size]
+    """The main (not sweep) cells of one row on one task at one training size."""
+    return [s for s in states if s.cell.stage == MAIN and s.cell.task == task and s.cell.method == method
+            and s.cell.train_size == size]
 
 
 def grid_table(states: Sequence[CellState], budget: Budget) -> Dict[str, Dict[str, Dict[str, Any]]]:
@@ -68,13 +78,14 @@ def grid_table(states: Sequence[CellState], budget: Budget) -> Dict[str, Dict[st
 
 
 def find_crossover(points: Sequence[Dict[str, Any]]) -> Optional[float]:
-    """The training size where BitFit minus full first turns from >= 0 to < 0 (linear in log size), or
-    None. ``points``: ``{"size", "difference"}`` sorted by size."""
-    for left, right in zip(points, points[1:]):
+    """The training size where BitFit minus full first turns from > 0 to < 0 (linear in log size), or
+    None. ``points``: ``{"size", "difference"}`` sorted by size. Only a real change of sign counts:
+    differences of exactly 0 (a tie, e.g. both runs at the constant prediction) are skipped, so a tie
+    next to a negative difference is no crossover, and +, 0, - crosses between the + and the - sizes."""
+    signed = [p for p in points if p["difference"] is not None and p["difference"] != 0]
+    for left, right in zip(signed, signed[1:]):
         a, b = left["difference"], right["difference"]
-        if a is None or b is None:
-            continue
-        if a >= 0 > b:
+        if a > 0 > b:
             fraction = a / (a - b)
             log_size = math.log(left["size"]) + fraction * (math.log(right["size"]) - math.log(left["size"]))
             return math.exp(log_size)
@@ -107,8 +118,8 @@ def curve_table(states: Sequence[CellState], budget: Budget) -> Optional[Dict[st
 
 
 def cost_table(states: Sequence[CellState], budget: Budget) -> Dict[str, Dict[str, Dict[str, Any]]]:
-    """task -> method -> trainable parameters, training time, peak memory, epochs to converge (means
-    over the finished seeds at the task's main size)."""
+    """task -> method -> trainable parameters, training time, peak memory, epochs to converge, final
+    training loss (means over the finished seeds at the task's main size)."""
     table: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for task, share in budget.tasks.items():
         rows = {}
@@ -130,27 +141,35 @@ def cost_table(states: Sequence[CellState], budget: Budget) -> Dict[str, Dict[st
                 "peak_rss_mb": stat(r.get("peak_rss_mb") for r in done),
                 "gpu_train_peak_mb": stat(r.get("gpu_train_peak_mb") for r in done),
                 "epochs_to_converge": stat(r.get("epochs_to_converge") for r in done),
+                "final_train_loss": stat(r.get("final_train_loss") for r in done),
                 "epochs": done[0].get("epochs"),
+                "learning_rate": done[0].get("learning_rate"),
             }
         if rows:
             table[task] = rows
     return table
 
 
-def bias_change_average(states: Sequence[CellState], method: str = "bitfit") -> Optional[Dict[str, Any]]:
-    """Figure 1 over the whole study: each task's bias-change matrices averaged over its seeds (and
-    sizes), then the tasks averaged with equal weight. Returns the averaged matrix (``BiasChange``
-    dictionary), the tasks and run count behind it, and the per-task matrices."""
+def bias_change_average(states: Sequence[CellState], budget: Budget, method: str = "bitfit") -> Optional[Dict[str, Any]]:
+    """Figure 1 over the whole study: each task's bias-change matrices of its main grid runs (the task's main
+    training size, not the sweep or the curve's other sizes) averaged over its seeds, then the tasks averaged
+    with equal weight. Returns the averaged matrix (``BiasChange`` dictionary), the tasks and run count
+    behind it, the per-task matrices and the seeds behind each (claim 6 judges each task on its own)."""
     from bitfit_hf.reporting.heatmap import BiasChange
 
     per_task: Dict[str, List[BiasChange]] = {}
+    seeds: Dict[str, List[int]] = {}
     for state in states:
         record = state.record or {}
-        if state.status == "done" and state.cell.method == method and record.get("bias_change"):
+        cell = state.cell
+        share = budget.tasks.get(cell.task)
+        if (state.status == "done" and cell.method == method and record.get("bias_change") and share is not None
+                and cell.stage == MAIN and cell.train_size == share.train_size):
             try:
-                per_task.setdefault(state.cell.task, []).append(BiasChange.from_dict(record["bias_change"]))
+                per_task.setdefault(cell.task, []).append(BiasChange.from_dict(record["bias_change"]))
             except ValueError:
                 continue
+            seeds.setdefault(cell.task, []).append(cell.seed)
     if not per_task:
         return None
     task_means = {task: _mean_cells(changes) for task, changes in per_task.items()}
@@ -162,6 +181,7 @@ def bias_change_average(states: Sequence[CellState], method: str = "bitfit") -> 
         "runs": sum(len(v) for v in per_task.values()),
         "matrix": average.to_dict(),
         "per_task": {task: BiasChange.from_cells(cells).to_dict() for task, cells in task_means.items()},
+        "per_task_seeds": {task: sorted(values) for task, values in seeds.items()},
     }
 
 
@@ -185,12 +205,18 @@ def _mean_cells_dicts(dicts: List[Dict[tuple, float]]) -> Dict[tuple, float]:
     return {k: statistics.fmean([d[k] for d in dicts if k in d]) for k in keys}
 
 
+def sweep_table(states: Sequence[CellState], budget: Budget) -> List[Dict[str, Any]]:
+    """The learning-rate sweep, one entry per swept (task, row): rates tried, dev scores, the choice."""
+    return list(choose_rates(states, budget).values())
+
+
 def aggregate(states: Sequence[CellState], budget: Budget) -> Dict[str, Any]:
-    """Every table of the report (without claim 1's model counts and the verdicts)."""
+    """Every table of the report (without claim 1's model counts, the constant predictors and the verdicts)."""
     return {
         "grid": grid_table(states, budget),
         "curve": curve_table(states, budget),
         "costs": cost_table(states, budget),
-        "bias_change": bias_change_average(states),
+        "bias_change": bias_change_average(states, budget),
+        "sweep": sweep_table(states, budget),
         "labels": {name: row.label for name, row in METHOD_ROWS.items()},
     }

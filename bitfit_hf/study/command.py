@@ -4,11 +4,13 @@
     python -m bitfit_hf.study --dry-run             # list the cells and the estimated time
     python -m bitfit_hf.study --budget full --device cuda --model_name_or_path bert-base-uncased
     python -m bitfit_hf.study --report-only         # rebuild report.md from the finished cells
+    python -m bitfit_hf.study --lr_scheduler_type constant   # the official BitFit code's constant rate
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import sys
@@ -16,7 +18,7 @@ import time
 from typing import List, Optional, Sequence
 
 from bitfit_hf.study.grid import BUDGETS, METHOD_ROWS, TASKS, StudySettings
-from bitfit_hf.study.runner import NOT_AVAILABLE, Study, StudyError
+from bitfit_hf.study.runner import NOT_AVAILABLE, WAITING, Study, StudyError
 
 __all__ = ["add_arguments", "run", "main"]
 
@@ -47,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     option("jobs", type=int, default=1,
            help="run this many cells at a time (several small runs share one GPU; on a CPU each gets an equal "
            "share of the cores)")
+    option("lr_scheduler_type", choices=["linear", "constant"], default=None,
+           help="the learning-rate schedule of every run (sweep included): constant, as the official BitFit code, or "
+           "linear (decay to 0); default: the recipes' (linear)")
+    option("no_sweep", action="store_true",
+           help="skip the budget's learning-rate sweep: every row trains at its recipe's default rate")
     option("recipe_args", default="", help="extra flags for every recipe run, one quoted string (e.g. \"--bf16 True\")")
     option("dry_run", action="store_true", help="list the cells (status, estimate, command) and stop")
     option("report_only", action="store_true", help="rebuild the report from the finished cells; run nothing")
@@ -58,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _study(args: argparse.Namespace) -> Study:
     budget = BUDGETS[args.budget]
+    if args.no_sweep:
+        budget = dataclasses.replace(budget, sweep=None)
     if args.device == "cuda":
         import torch
 
@@ -67,6 +76,7 @@ def _study(args: argparse.Namespace) -> Study:
         model_name_or_path=args.model_name_or_path,
         device=args.device,
         recipe_args=tuple(shlex.split(args.recipe_args or "")),
+        lr_scheduler_type=args.lr_scheduler_type,
     )
     output_dir = args.output_dir or DEFAULT_OUTPUT.format(budget=budget.name)
     return Study(output_dir, budget, settings, tasks=args.tasks, methods=args.methods, seeds=args.seeds,
@@ -82,9 +92,9 @@ def _dry_run(study: Study) -> None:
     pending_seconds = 0.0
     for state in states:
         estimate = state.cell.estimated_seconds()
-        if state.status == "pending":
+        if state.status in ("pending", WAITING):
             pending_seconds += estimate
-        status = "n/a" if state.status == "unavailable" else state.status
+        status = {"unavailable": "n/a", WAITING: "waiting"}.get(state.status, state.status)
         print(f"{state.cell_id:<{width}}  {status:<11} {state.cell.epochs:>6g} {estimate:>7.0f}  "
               f"{'+'.join(state.cell.purposes)}")
     counts = {}
@@ -94,6 +104,8 @@ def _dry_run(study: Study) -> None:
     if counts.get("unavailable"):
         missing = sorted({s.cell.row.method for s in states if s.status == "unavailable"})
         print(f"n/a = {NOT_AVAILABLE} (--method {', '.join(missing)})")
+    if counts.get(WAITING):
+        print(f"waiting = {WAITING} (planned with the rate the sweep chooses; lr? in the name until then)")
     print(f"estimated time of the cells to run: {pending_seconds / 60:.0f} min on an idle 2-core CPU with "
           "all-MiniLM-L6-v2 (a rough cost model from the recipes' measured CPU runs; this budget is meant for "
           f"{study.budget.hardware}: a GPU is faster, a base-size model slower)")

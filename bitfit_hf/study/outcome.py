@@ -2,7 +2,8 @@
 
 The record holds what the report needs and nothing it would have to recompute from weights: the
 validation and training-set scores in points, the per-epoch validation curve and the epochs it took
-to converge, pure training time (``train_runtime`` minus the evaluations run inside training), peak
+to converge, the training loss as logged (its last value says whether a run that evaluated only at the
+end was still far from fitting), pure training time (``train_runtime`` minus the evaluations run inside training), peak
 memory, the trainable-parameter summary and the bias-change matrix (Figure 1) when the run wrote one.
 """
 
@@ -15,7 +16,7 @@ from bitfit_hf.study.grid import Cell
 from bitfit_hf.utils.constants import BIAS_CHANGE_JSON, SUMMARY_NAME
 from bitfit_hf.utils.io import read_json_object
 
-__all__ = ["CONVERGED_WITHIN_POINTS", "read_outcome", "epochs_to_converge"]
+__all__ = ["CONVERGED_WITHIN_POINTS", "read_outcome", "epochs_to_converge", "loss_curve"]
 
 #: A run has converged at the first epoch whose validation score is within this many points of its best.
 CONVERGED_WITHIN_POINTS = 1.0
@@ -44,6 +45,13 @@ def _eval_curve(state: Optional[dict], metric_key: str, scale: float) -> Tuple[L
     return curve, eval_seconds
 
 
+def loss_curve(state: Optional[dict]) -> List[Tuple[float, float]]:
+    """(epoch, training loss) of every logged training step, in order (the Trainer logs ``loss`` every
+    ``logging_steps``)."""
+    return [(round(float(e["epoch"]), 3), float(e["loss"])) for e in (state or {}).get("log_history", [])
+            if "loss" in e and "epoch" in e]
+
+
 def _trainable(summary: Optional[dict]) -> Optional[Dict[str, Any]]:
     if not summary:
         return None
@@ -67,12 +75,16 @@ def read_outcome(cell: Cell, run_dir: str, peak_rss_mb: Optional[float]) -> Dict
     gpu_peak = results.get("train_mem_gpu_peaked_delta")
     gpu_alloc = results.get("train_mem_gpu_alloc_delta")
     bias_change = read_json_object(os.path.join(run_dir, BIAS_CHANGE_JSON))
+    losses = loss_curve(state)
     return {
         "score": float(results[eval_key]) * task.scale,
         "train_score": float(results[train_key]) * task.scale if train_key in results else None,
         "metric": task.metric,
         "eval_curve": curve,
         "epochs_to_converge": epochs_to_converge(curve),
+        "loss_curve": losses,
+        "final_train_loss": losses[-1][1] if losses else None,
+        "mean_train_loss": None if results.get("train_loss") is None else float(results["train_loss"]),
         "train_time_s": train_time,
         "train_runtime_s": None if train_runtime is None else float(train_runtime),
         "peak_rss_mb": peak_rss_mb,

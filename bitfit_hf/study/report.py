@@ -11,19 +11,25 @@ import os
 import platform
 from typing import Any, Dict, List, Optional, Sequence
 
+from bitfit_hf.study import claims as rules
 from bitfit_hf.study.aggregate import aggregate
-from bitfit_hf.study.claims import figure1_ranking, judge_all
+from bitfit_hf.study.claims import COMBINE_RULE, figure1_ranking, judge_all
+from bitfit_hf.study.compare import K_SE, MIN_SEEDS, NOISE_RULE
 from bitfit_hf.study.figures import plot_bias_change, plot_curve, plot_grid
+from bitfit_hf.study.gates import FIT_FRACTION, FIT_RULE, GATE_RULE, VALID_MARGIN, fit_threshold, threshold, validity_table
 from bitfit_hf.study.grid import TASKS, Budget, StudySettings
-from bitfit_hf.study.runner import NOT_AVAILABLE, CellState
+from bitfit_hf.study.state import NOT_AVAILABLE, WAITING, CellState
+from bitfit_hf.study.sweep import CHOICE_RULE
 from bitfit_hf.utils.io import read_json_object, write_json_atomic, write_text_atomic
 
-__all__ = ["REPORT_NAME", "RESULTS_NAME", "FIGURES_DIR", "build_results", "write_report", "parameter_counts"]
+__all__ = ["REPORT_NAME", "RESULTS_NAME", "FIGURES_DIR", "build_results", "write_report", "parameter_counts",
+           "constant_predictors"]
 
 REPORT_NAME = "report.md"
 RESULTS_NAME = "results.json"
 FIGURES_DIR = "figures"
 _COUNTS_CACHE = "param_counts.json"
+_CONSTANTS_CACHE = "constants.json"
 
 
 def environment() -> Dict[str, Any]:
@@ -65,16 +71,64 @@ def parameter_counts(output_dir: str) -> Dict[str, Dict[str, float]]:
     return counts
 
 
+def constant_predictors(output_dir: str, budget: Budget, tasks: Sequence[str]) -> Dict[str, Dict[str, Any]]:
+    """Each task's constant-predictor scores on the examples its runs are scored on (cached in the study folder
+    per slice: reading VitaminC takes seconds). A task whose data cannot be read gets ``{"error": ...}``."""
+    from bitfit_hf.study.baselines import task_constants
+
+    path = os.path.join(output_dir, _CONSTANTS_CACHE)
+    cache = read_json_object(path) or {}
+    out: Dict[str, Dict[str, Any]] = {}
+    for task in tasks:
+        spec, share = TASKS[task], budget.tasks[task]
+        slices = (share.eval_samples, min(share.train_score_samples, share.train_size),
+                  share.dev_samples if budget.sweep is not None else None)
+        key = f"{task}|{spec.dataset}|" + "|".join(str(v) for v in slices)
+        if key not in cache:
+            try:
+                cache[key] = task_constants(spec.recipe, spec.dataset, *slices)
+            except Exception as err:  # noqa: BLE001 - a missing asset must not lose the rest of the report
+                out[task] = {"error": f"{type(err).__name__}: {err}"}
+                continue
+        out[task] = cache[key]
+    if cache:
+        write_json_atomic(path, cache)
+    return out
+
+
+def rule_texts() -> Dict[str, Any]:
+    """The rules every verdict was judged by, and their constants, as the report states them."""
+    return {
+        "gate": GATE_RULE,
+        "fit": FIT_RULE,
+        "noise": NOISE_RULE,
+        "combine": COMBINE_RULE,
+        "sweep": CHOICE_RULE,
+        "constants": {
+            "VALID_MARGIN": VALID_MARGIN, "FIT_FRACTION": FIT_FRACTION, "K_SE": K_SE, "MIN_SEEDS": MIN_SEEDS,
+            **{name: getattr(rules, name) for name in ("MATCH_WITHIN", "SUBSET_NEARLY_WITHIN", "SINGLE_ROLE_WORSE_BY",
+                                                       "FROZEN_WORSE_BY", "RANDOM_WORSE_BY", "GAP_SMALLER_BY")},
+        },
+    }
+
+
 def build_results(
     states: Sequence[CellState],
     budget: Budget,
     settings: StudySettings,
     param_counts: Optional[Dict[str, Dict[str, float]]],
+    constants: Optional[Dict[str, Dict[str, Any]]] = None,
 ) -> Dict[str, Any]:
-    """``results.json``: the tables, the verdicts and where they came from."""
+    """``results.json``: the tables, the constant predictors, the verdicts and where they came from."""
     results = aggregate(states, budget)
     results["param_counts"] = param_counts
+    results["constants"] = constants or {}
     results["claims"] = judge_all(results)
+    results["rules"] = rule_texts()
+    results["validity"] = validity_table(results["grid"], results.get("curve"), results["constants"])
+    if results.get("curve"):  # the crossover the verdict used: over the sizes that pass the gate
+        claim_3 = next(c for c in results["claims"] if c["id"] == 3)
+        results["curve"]["crossover_size"] = claim_3["numbers"].get("crossover_size")
     results["figure1_ranking"] = figure1_ranking(results.get("bias_change"))
     counts: Dict[str, int] = {}
     for state in states:
@@ -86,6 +140,7 @@ def build_results(
         "model_name_or_path": settings.model_name_or_path or "sentence-transformers/all-MiniLM-L6-v2 (wheel)",
         "device": settings.device,
         "recipe_args": list(settings.recipe_args),
+        "lr_scheduler_type": settings.lr_scheduler_type,
         "cells": counts,
         "cell_wall_s": sum(r.get("wall_s") or 0.0 for r in records),
         "cell_cpu_s": sum(r.get("cpu_s") or 0.0 for r in records),
@@ -93,9 +148,10 @@ def build_results(
         "environment": environment(),
     }
     results["cells"] = [
-        {"cell_id": s.cell_id, "task": s.cell.task, "method": s.cell.method, "train_size": s.cell.train_size,
-         "seed": s.cell.seed, "status": s.status,
-         **({k: s.record.get(k) for k in ("score", "train_score", "train_time_s", "peak_rss_mb", "wall_s", "error")}
+        {"cell_id": s.cell_id, "stage": s.cell.stage, "task": s.cell.task, "method": s.cell.method,
+         "train_size": s.cell.train_size, "seed": s.cell.seed, "learning_rate": s.cell.learning_rate, "status": s.status,
+         **({k: s.record.get(k) for k in ("score", "train_score", "final_train_loss", "epochs_to_converge",
+                                          "train_time_s", "peak_rss_mb", "wall_s", "error")}
             if s.record else {})}
         for s in states
     ]
@@ -136,8 +192,84 @@ def _grid_section(results: Dict[str, Any]) -> str:
     tasks = list(grid)
     methods = list(dict.fromkeys(m for t in tasks for m in grid[t]))
     header = ["method"] + [f"{t} ({TASKS[t].metric_label}, n={next(iter(grid[t].values()))['train_size']})" for t in tasks]
-    rows = [[labels.get(m, m)] + [_cell(grid[t].get(m)) for t in tasks] for m in methods]
+    rows = [[labels.get(m, m)] + [_cell(grid[t].get(m)) + _rate(grid[t].get(m)) for t in tasks] for m in methods]
+    constants = results.get("constants") or {}
+    rows.append(["constant predictor"] + [_constant(constants.get(t), "validation") for t in tasks])
     return _table(header, rows)
+
+
+def _rate(entry: Optional[Dict[str, Any]]) -> str:
+    return "" if not entry or entry.get("learning_rate") is None else f" @ lr {entry['learning_rate']:g}"
+
+
+def _constant(constant: Optional[Dict[str, Any]], split: str) -> str:
+    if not constant:
+        return "–"
+    if constant.get("error"):
+        return f"unknown ({constant['error'][:120]})"
+    part = constant.get(split)
+    if not part:
+        return "–"
+    return f"{part['score']:.2f} (n={part['n']}" + (f", k={part['k']}" if part.get("k") else "") + ")"
+
+
+def _rules_section(results: Dict[str, Any]) -> str:
+    texts = results["rules"]
+    lines = [f"* {texts[name][0].upper()}{texts[name][1:]}." for name in ("gate", "fit", "noise", "combine", "sweep")]
+    lines.append("* Constants: " + ", ".join(f"`{k}` = {v:g}" for k, v in texts["constants"].items()) + ".")
+    return "\n".join(lines)
+
+
+def _constants_section(results: Dict[str, Any]) -> str:
+    constants = results.get("constants") or {}
+    if not constants:
+        return "No constant-predictor scores: every comparison is not testable here."
+    rows = []
+    for task, constant in constants.items():
+        validation = (constant.get("validation") or {}).get("score")
+        train = (constant.get("train") or {}).get("score")
+        rows.append([
+            task, constant.get("rule", ""), _constant(constant, "validation"), _constant(constant, "train"),
+            _constant(constant, "dev"), "" if validation is None else f"> {threshold(validation):.2f}",
+            "" if train is None else f">= {fit_threshold(train):.2f}",
+        ])
+    return _table(["task", "constant predictor", "validation score", "training-set score", "sweep dev score",
+                   "valid run: validation score", "fits: training-set score"], rows)
+
+
+def _sweep_section(results: Dict[str, Any]) -> str:
+    sweep = results.get("sweep") or []
+    if not sweep:
+        return "No learning-rate sweep in this budget: every row trains at its recipe's default rate."
+    labels = results["labels"]
+    rows = []
+    for entry in sweep:
+        tried = []
+        for rate in entry["rates"]:
+            scores = ", ".join(f"{r['score']:.2f}" for r in rate["runs"])
+            mean = "–" if rate["mean"] is None else f"{rate['mean']:.2f}"
+            mark = "**" if rate["rate"] == entry["chosen"] else ""
+            failed = f", {len(rate['failed'])} failed" if rate["failed"] else ""
+            tried.append(f"{mark}{rate['rate']:g}: {mean}{mark}" + (f" ({scores}{failed})" if scores or failed else ""))
+        chosen = "" if entry["chosen"] is None else f"{entry['chosen']:g}" + (" (grid edge)" if entry["edge"] else "")
+        rows.append([entry["task"], labels.get(entry["row"], entry["row"]), "; ".join(tried), chosen or entry["status"]])
+    return _table(["task", "method", "rate: mean dev score (each seed)", "chosen"], rows)
+
+
+def _validity_section(results: Dict[str, Any]) -> str:
+    rows = []
+    labels = results["labels"]
+    for item in results.get("validity") or []:
+        marks = []
+        for run in item["runs"]:
+            mark = "" if run["valid"] is None else (" ✓" if run["valid"] else " ✗")
+            fit = "" if "fits" not in run else (", fits" if run["fits"] else ", does not fit")
+            marks.append(f"s{run['seed']} {run['score']:.2f}{mark}{fit}")
+        limit = "?" if item["constant"] is None else f"> {threshold(item['constant']):.2f}"
+        rows.append([item["task"], labels.get(item["row"], item["row"]), str(item["size"]), limit, "; ".join(marks)])
+    if not rows:
+        return "No finished runs."
+    return _table(["task", "method", "n", "valid when", "seeds: validation score (✓ valid, ✗ not)"], rows)
 
 
 def _curve_section(results: Dict[str, Any]) -> str:
@@ -153,8 +285,9 @@ def _curve_section(results: Dict[str, Any]) -> str:
     diffs = {p["size"]: p["difference"] for p in curve.get("differences", [])}
     rows.append(["BitFit − full"] + [("" if diffs.get(s) is None else f"{diffs[s]:+.2f}") for s in sizes])
     crossover = curve.get("crossover_size")
-    note = (f"Crossover (BitFit − full changes sign, interpolated in log size): **n ≈ {crossover:.0f}**."
-            if crossover else "No crossover within the sizes run.")
+    note = (f"Crossover (BitFit − full turns from + to −, interpolated in log size, over the sizes whose runs pass the "
+            f"validity gate): **n ≈ {crossover:.0f}**." if crossover
+            else "No crossover (no change of sign from + to − over the sizes whose runs pass the validity gate).")
     return _table(header, rows) + "\n\n" + note
 
 
@@ -167,9 +300,13 @@ def _bias_section(results: Dict[str, Any]) -> str:
     from bitfit_hf.reporting.heatmap import BiasChange
 
     matrix = BiasChange.from_dict(change["matrix"]).to_markdown()
-    return (f"Averaged over {', '.join(change['tasks'])} ({change['runs']} BitFit runs; seeds averaged within a task, "
-            f"tasks with equal weight). Metric: (1/dim)·‖b0 − bF‖₁ per bias vector.\n\n"
-            + _table(["rank", "role", "mean change per layer"], rows) + "\n\n" + matrix)
+    per_task = [[task, " > ".join(f"`{role}` {value:.2e}" for role, value in figure1_ranking({"matrix": m}))]
+                for task, m in (change.get("per_task") or {}).items()]
+    return (f"Averaged over {', '.join(change['tasks'])} ({change['runs']} BitFit runs at each task's main training "
+            f"size; seeds averaged within a task, tasks with equal weight). Metric: (1/dim)·‖b0 − bF‖₁ per bias "
+            "vector. Claim 6 is judged per task (second table), since tasks train at different rates.\n\n"
+            + _table(["rank", "role", "mean change per layer"], rows) + "\n\n"
+            + _table(["task", "ranking (mean change per layer)"], per_task) + "\n\n" + matrix)
 
 
 def _gap_section(results: Dict[str, Any]) -> str:
@@ -193,7 +330,7 @@ def _cost_section(results: Dict[str, Any]) -> str:
         for method, entry in entries.items():
             label = results["labels"].get(method, method)
             if entry["status"] != "done":
-                rows.append([label, entry["status"], "", "", "", ""])
+                rows.append([label, entry["status"], "", "", "", "", "", ""])
                 continue
             params = entry.get("trainable_params")
             percent = entry.get("trainable_percent")
@@ -206,10 +343,12 @@ def _cost_section(results: Dict[str, Any]) -> str:
                 memory,
                 _pm(entry["epochs_to_converge"], 1),
                 f"{entry['epochs']:g}" if entry.get("epochs") is not None else "",
+                _pm(entry.get("final_train_loss"), 3),
+                "default" if entry.get("learning_rate") is None else f"{entry['learning_rate']:g}",
             ])
         parts.append(f"**{task}** ({TASKS[task].title})\n\n" + _table(
             ["method", "trainable params (% of model)", "training time (s)", "peak RSS (MB)",
-             "epochs to converge", "epochs run"], rows))
+             "epochs to converge", "epochs run", "final training loss", "learning rate"], rows))
     return "\n\n".join(parts) if parts else "No finished cells."
 
 
@@ -224,6 +363,7 @@ def _not_run_section(states: Sequence[CellState]) -> str:
     unavailable = sorted({s.cell.row.method for s in states if s.status == "unavailable"})
     failed = [s for s in states if s.status == "failed"]
     pending = [s for s in states if s.status == "pending"]
+    waiting = [s for s in states if s.status == WAITING]
     lines = []
     if unavailable:
         count = sum(s.status == "unavailable" for s in states)
@@ -232,7 +372,14 @@ def _not_run_section(states: Sequence[CellState]) -> str:
         lines.append(f"* failed: `{state.cell_id}`: {state.record.get('error', '?')}")
     if pending:
         lines.append(f"* {len(pending)} cell(s) not run yet (the study was stopped or is still running).")
+    if waiting:
+        lines.append(f"* {len(waiting)} cell(s) {WAITING} (their rows' sweep has not finished, or every rate failed).")
     return "\n".join(lines) if lines else "Every planned cell finished."
+
+
+def _judged_line(claims: Sequence[Dict[str, Any]]) -> str:
+    judged = [c["id"] for c in claims if c["verdict"] != rules.NOT_TESTABLE]
+    return f"Judged (not \"{rules.NOT_TESTABLE}\"): {len(judged)} of {len(claims)} claims."
 
 
 def render_markdown(results: Dict[str, Any], states: Sequence[CellState], figures: Dict[str, str],
@@ -249,6 +396,9 @@ def render_markdown(results: Dict[str, Any], states: Sequence[CellState], figure
         f"* command: `{command}`" if command else "* command: (not recorded)",
         f"* model: {study['model_name_or_path']}; device: {study['device']}"
         + (f"; extra recipe flags: `{' '.join(study['recipe_args'])}`" if study["recipe_args"] else ""),
+        "* learning-rate schedule: " + ("constant (as the official BitFit code)" if study.get("lr_scheduler_type") ==
+                                        "constant" else (study.get("lr_scheduler_type") or "linear decay to 0 (the "
+                                                                                            "recipes' default)")),
         f"* machine: {env['platform']}, {env['cpu_count']} CPUs" + (f", GPU {env['cuda']}" if env.get("cuda") else "")
         + f"; python {env['python']}, torch {env['torch']}, transformers {env['transformers']}"
         + (f", datasets {env['datasets']}" if env.get("datasets") else ""),
@@ -257,10 +407,34 @@ def render_markdown(results: Dict[str, Any], states: Sequence[CellState], figure
         "",
         "## The claims",
         "",
-        "Each rule was fixed in `bitfit_hf/study/claims.py` before the run. Scores are validation scores in points "
-        "(accuracy × 100, SQuAD F1), means over seeds; tasks are averaged with equal weight.",
+        "Each rule was fixed in code before the run (`bitfit_hf/study/claims.py`, `gates.py`, `compare.py`). Scores "
+        "are validation scores in points (accuracy × 100, SQuAD F1); each comparison is paired seed by seed within a "
+        "task and counts only on runs that pass the validity gate (below). "
+        + _judged_line(results["claims"]),
         "",
         _table(["#", "claim", "verdict", "deciding numbers", "rule"], claims_rows),
+        "",
+        "### The rules",
+        "",
+        _rules_section(results),
+        "",
+        "## Constant predictors and the validity gate",
+        "",
+        "The best input-blind answer on the very examples a run is scored on (`bitfit_hf/study/baselines.py`): a run "
+        f"is valid when its validation score is more than {VALID_MARGIN:g} points above it; it fits its training set "
+        f"when its training-set score closes {FIT_FRACTION:g} of the distance from the constant's training-set score "
+        "to 100.",
+        "",
+        _constants_section(results),
+        "",
+        _validity_section(results),
+        "",
+        "## Learning-rate sweep",
+        "",
+        "Each swept row at each rate, trained on the task's training subset and scored on a dev split carved from the "
+        "training data (`--dev_split_from_train`); the main runs train at the chosen rate (bold).",
+        "",
+        _sweep_section(results),
         "",
         "## Method grid (Table 3 style): validation score, mean ± std over seeds",
         "",
@@ -287,7 +461,8 @@ def render_markdown(results: Dict[str, Any], states: Sequence[CellState], figure
         "",
         "Training time is `train_runtime` minus the evaluations run inside training; peak RSS is the recipe "
         "process's maximum resident memory (model, data and training); epochs to converge: the first epoch whose "
-        "validation score is within 1 point of the run's best (runs that evaluated every epoch).",
+        "validation score is within 1 point of the run's best (runs that evaluated every epoch); final training loss: "
+        "the last logged training loss (every run).",
         "",
         _cost_section(results),
         "",
@@ -313,11 +488,16 @@ def write_report(
     settings: StudySettings,
     command: Optional[str] = None,
     param_counts: Optional[Dict[str, Dict[str, float]]] = None,
+    constants: Optional[Dict[str, Dict[str, Any]]] = None,
 ) -> Dict[str, Any]:
-    """Write ``report.md``, ``results.json`` and ``figures/*.png`` into ``output_dir``; returns the results."""
+    """Write ``report.md``, ``results.json`` and ``figures/*.png`` into ``output_dir``; returns the results
+    (``param_counts`` / ``constants``: given, or computed and cached in ``output_dir``)."""
     if param_counts is None:
         param_counts = parameter_counts(output_dir)
-    results = build_results(states, budget, settings, param_counts)
+    if constants is None:
+        tasks = list(dict.fromkeys(s.cell.task for s in states if s.cell.task in budget.tasks))
+        constants = constant_predictors(output_dir, budget, tasks)
+    results = build_results(states, budget, settings, param_counts, constants)
     results["study"]["command"] = command
     figures_dir = os.path.join(output_dir, FIGURES_DIR)
     os.makedirs(figures_dir, exist_ok=True)

@@ -9,6 +9,10 @@ simply run again from scratch.
 
 Cells whose ``--method`` this build's recipes do not accept are never started: they are reported as
 "not run: method not available in this build", and run on the first invocation after the method lands.
+
+With a learning-rate sweep in the budget, its cells run first; the main cells of a swept row are
+planned (their command, so their identity, holds the chosen rate) once the row's sweep has finished, so
+one invocation runs in rounds: whatever is pending, then what the finished sweep made runnable.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from bitfit_hf.study.grid import Budget, Cell, StudySettings, plan
+from bitfit_hf.study.grid import Budget, Cell, StudySettings, plan, sweep_plan
 from bitfit_hf.study.outcome import read_outcome
+from bitfit_hf.study.state import NOT_AVAILABLE, WAITING, CellState
+from bitfit_hf.study.sweep import choose_rates, chosen_rates
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.io import read_json_object, write_json_atomic
 
@@ -37,13 +42,13 @@ __all__ = [
     "StudyError",
     "CellState",
     "NOT_AVAILABLE",
+    "WAITING",
     "available_methods",
     "find_recipes_dir",
     "Study",
 ]
 
 RECORD_FORMAT = 1
-NOT_AVAILABLE = "not run: method not available in this build"
 RECIPES_ENV = "BITFIT_HF_RECIPES"
 _KEEP_SUFFIXES = (".json", ".md", ".png", ".txt")
 _DROP_NAMES = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt"}
@@ -75,16 +80,6 @@ def find_recipes_dir(explicit: Optional[str] = None) -> str:
         "cannot find the recipes folder (recipes/glue.py, pos.py, squad.py): run from a source checkout of "
         f"bitfit-hf, or pass --recipes_dir (or set ${RECIPES_ENV})."
     )
-
-
-@dataclass
-class CellState:
-    """A planned cell and where it stands: ``done``, ``failed``, ``pending`` or ``unavailable``."""
-
-    cell: Cell
-    cell_id: str
-    status: str
-    record: Optional[Dict[str, Any]] = None
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -164,8 +159,9 @@ class Study:
         self.output_dir = os.path.abspath(output_dir)
         self.budget = budget
         self.settings = settings
-        self.tasks, self.methods = tasks, methods
-        self.cells = plan(budget, tasks, methods, seeds)
+        self.tasks, self.methods, self.seeds = tasks, methods, seeds
+        self.sweep_cells = sweep_plan(budget, tasks, methods)
+        plan(budget, tasks, methods, seeds)  # unknown task or row names fail here, before anything runs
         self._recipes_dir = recipes_dir
         self.retry_failed = retry_failed
         self.keep_outputs = keep_outputs
@@ -180,22 +176,28 @@ class Study:
 
     # ---- states ---------------------------------------------------------------------------------------
     def states(self) -> List[CellState]:
-        """Every planned cell with its status, from the records on disk and this build's methods."""
+        """Every planned cell with its status, from the records on disk and this build's methods: the sweep's
+        cells first, then the main cells at the rates the finished sweep chose (``waiting`` where it has not)."""
         methods = available_methods()
-        out = []
-        for cell in self.cells:
-            cell_id = cell.cell_id(self.settings)
-            record = read_json_object(self.record_path(cell_id))
-            if record is not None and record.get("format") == RECORD_FORMAT and record.get("status") in ("done", "failed"):
-                status = record["status"]
-                if status == "failed" and self.retry_failed:
-                    status = "pending"
-            elif cell.row.method not in methods:
-                status, record = "unavailable", None
-            else:
-                status, record = "pending", None
-            out.append(CellState(cell, cell_id, status, record))
-        return out
+        sweep = [self._state(cell, methods) for cell in self.sweep_cells]
+        rates = chosen_rates(choose_rates(sweep, self.budget))
+        main = plan(self.budget, self.tasks, self.methods, self.seeds, rates)
+        return sweep + [self._state(cell, methods) for cell in main]
+
+    def _state(self, cell: Cell, methods: frozenset) -> CellState:
+        cell_id = cell.cell_id(self.settings)
+        if cell.awaits_rate:
+            return CellState(cell, cell_id, "unavailable" if cell.row.method not in methods else WAITING)
+        record = read_json_object(self.record_path(cell_id))
+        if record is not None and record.get("format") == RECORD_FORMAT and record.get("status") in ("done", "failed"):
+            status = record["status"]
+            if status == "failed" and self.retry_failed:
+                status = "pending"
+        elif cell.row.method not in methods:
+            status, record = "unavailable", None
+        else:
+            status, record = "pending", None
+        return CellState(cell, cell_id, status, record)
 
     # ---- running ---------------------------------------------------------------------------------------
     def command(self, cell: Cell, cell_id: str, recipes_dir: str) -> List[str]:
@@ -204,48 +206,63 @@ class Study:
 
     def run(self, progress: bool = True, echo=print, max_cells: Optional[int] = None, jobs: int = 1) -> List[CellState]:
         """Run the pending cells in plan order (at most ``max_cells`` of them), ``jobs`` at a time (one GPU
-        holds several small runs; on a CPU each run gets an equal share of the cores); returns the states."""
+        holds several small runs; on a CPU each run gets an equal share of the cores); then, when the sweep
+        has chosen rates meanwhile, the main cells that were waiting for them. Returns the states."""
         if jobs < 1:
             raise StudyError(f"--jobs {jobs}: must be at least 1.")
         with _exclusive(self.output_dir):
             states = self.states()
-            pending = [s for s in states if s.status == "pending"]
-            done = sum(s.status == "done" for s in states)
-            unavailable = sum(s.status == "unavailable" for s in states)
-            failed = sum(s.status == "failed" for s in states)
-            echo(f"study {self.budget.name}: {len(states)} cells: {done} finished (skipped), {failed} failed before "
-                 f"(skipped; --retry_failed runs them again), {unavailable} {NOT_AVAILABLE}, {len(pending)} to run")
-            if max_cells is not None:
-                pending = pending[: max(0, max_cells)]
-                echo(f"running {len(pending)} of them (--max_cells {max_cells})")
-            if not pending:
-                return states
-            recipes_dir = find_recipes_dir(self._recipes_dir)
-            threads = _threads_per_job(jobs)
-            bar = _progress_bar(pending, progress)
+            counts = {status: sum(s.status == status for s in states)
+                      for status in ("pending", "done", "failed", "unavailable", WAITING)}
+            echo(f"study {self.budget.name}: {len(states)} cells: {counts['done']} finished (skipped), {counts['failed']} "
+                 f"failed before (skipped; --retry_failed runs them again), {counts['unavailable']} {NOT_AVAILABLE}, "
+                 f"{counts['pending']} to run" + (f", {counts[WAITING]} {WAITING}" if counts[WAITING] else ""))
+            left = max_cells
+            attempted: set = set()
+            while True:
+                pending = [s for s in states if s.status == "pending" and s.cell_id not in attempted]
+                if left is not None:
+                    if not attempted:
+                        echo(f"running {min(len(pending), max(0, left))} of them (--max_cells {max_cells})")
+                    pending = pending[: max(0, left)]
+                    left -= len(pending)
+                if not pending:
+                    return states
+                self._run_round(pending, jobs, progress, echo)
+                attempted.update(s.cell_id for s in pending)
+                if not any(s.status == WAITING for s in states):
+                    return states
+                states = self.states()  # the finished sweep may have chosen rates: plan those main cells
+                newly = sum(s.status == "pending" and s.cell_id not in attempted for s in states)
+                if newly:
+                    echo(f"the sweep chose learning rates: {newly} more cell(s) to run")
 
-            def finished(index: int, state: CellState) -> None:
-                state.status = state.record["status"]
-                line = _cell_line(index, len(pending), state)
-                if bar is not None:
-                    bar.update(state.cell.estimated_seconds())
-                    bar.write(line)
-                else:
-                    echo(line)
+    def _run_round(self, pending: List[CellState], jobs: int, progress: bool, echo) -> None:
+        recipes_dir = find_recipes_dir(self._recipes_dir)
+        threads = _threads_per_job(jobs)
+        bar = _progress_bar(pending, progress)
 
-            try:
-                if jobs == 1:
-                    for index, state in enumerate(pending, start=1):
-                        if bar is not None:
-                            bar.set_postfix_str(f"cell {index}/{len(pending)} {state.cell_id}", refresh=True)
-                        state.record = self._run_cell(state.cell, state.cell_id, recipes_dir)
-                        finished(index, state)
-                else:
-                    self._run_parallel(pending, recipes_dir, jobs, threads, finished, bar)
-            finally:
-                if bar is not None:
-                    bar.close()
-            return states
+        def finished(index: int, state: CellState) -> None:
+            state.status = state.record["status"]
+            line = _cell_line(index, len(pending), state)
+            if bar is not None:
+                bar.update(state.cell.estimated_seconds())
+                bar.write(line)
+            else:
+                echo(line)
+
+        try:
+            if jobs == 1:
+                for index, state in enumerate(pending, start=1):
+                    if bar is not None:
+                        bar.set_postfix_str(f"cell {index}/{len(pending)} {state.cell_id}", refresh=True)
+                    state.record = self._run_cell(state.cell, state.cell_id, recipes_dir)
+                    finished(index, state)
+            else:
+                self._run_parallel(pending, recipes_dir, jobs, threads, finished, bar)
+        finally:
+            if bar is not None:
+                bar.close()
 
     def _run_parallel(self, pending: List[CellState], recipes_dir: str, jobs: int, threads: Optional[int],
                       finished, bar) -> None:
@@ -312,6 +329,8 @@ class Study:
             "train_size": cell.train_size,
             "seed": cell.seed,
             "epochs": cell.epochs,
+            "learning_rate": cell.learning_rate,
+            "stage": cell.stage,
             "purposes": list(cell.purposes),
             "command": command,
             "wall_s": wall,

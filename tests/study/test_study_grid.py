@@ -8,7 +8,17 @@ import os
 import pytest
 
 from bitfit_hf.study import runner
-from bitfit_hf.study.grid import BUDGETS, METHOD_ROWS, TASKS, StudySettings, epochs_for, plan
+from bitfit_hf.study.grid import (
+    BUDGETS,
+    METHOD_ROWS,
+    TASKS,
+    CpuSizing,
+    StudySettings,
+    cpu_budget,
+    epochs_for,
+    plan,
+    sweep_plan,
+)
 from bitfit_hf.study.runner import NOT_AVAILABLE, Study, StudyError, available_methods
 
 
@@ -23,17 +33,66 @@ def test_every_row_names_a_method_and_the_main_methods_exist_in_this_build():
 
 def test_curve_and_grid_share_cells_at_the_same_size():
     budget = BUDGETS["default"]
-    cells = plan(budget)
+    assert budget.curve.task == "qa"  # the paper's Figure 2 is a SQuAD curve
+    rates = {("qa", "bitfit"): 1e-2, ("qa", "full"): 5e-5}
+    cells = plan(budget, rates=rates)
     ids = [c.cell_id(StudySettings()) for c in cells]
     assert len(ids) == len(set(ids))  # each run once
-    size = budget.tasks["sentiment"].train_size
-    shared = [c for c in cells if c.task == "sentiment" and c.method == "bitfit" and c.train_size == size]
-    assert len(shared) == len(budget.tasks["sentiment"].seeds)
-    assert all(set(c.purposes) == {"grid", "curve"} for c in shared)
+    size = budget.tasks["qa"].train_size
+    assert size in [n for n, _ in budget.curve.sizes]
+    shared = [c for c in cells if c.task == "qa" and c.method == "bitfit" and c.train_size == size]
+    assert len(shared) == len(budget.tasks["qa"].seeds)
+    assert all(set(c.purposes) == {"grid", "curve"} and c.learning_rate == 1e-2 for c in shared)
+    curve = [c for c in cells if c.task == "qa" and "curve" in c.purposes]
+    assert {c.train_size for c in curve} == {n for n, _ in budget.curve.sizes}
+    assert all(c.learning_rate == rates[("qa", c.method)] for c in curve)  # the task's chosen rate at every size
     # cost rows run with the first seed only; claim rows with every seed
     assert {c.seed for c in cells if c.method == "lora"} == {budget.tasks["sentiment"].seeds[0]}
     # per-epoch evaluation (epochs to converge) on the first seed only in the default budget
     assert all(c.epoch_eval == (c.seed == 1) for c in cells)
+
+
+def test_sweep_cells_carve_a_dev_split_and_main_cells_wait_for_their_rate():
+    from bitfit_hf.recipe_kit.args import DEFAULT_LEARNING_RATES
+
+    budget = BUDGETS["default"]
+    sweep = sweep_plan(budget, tasks=["pos"])
+    assert {c.method for c in sweep} == {"bitfit", "full"}
+    full_rates = sorted(c.learning_rate for c in sweep if c.method == "full")
+    assert full_rates == [float(f"{DEFAULT_LEARNING_RATES['full'] * f:.3g}") for f in budget.sweep.factors]
+    args = sweep[0].recipe_args(StudySettings())
+    dev = budget.tasks["pos"].dev_samples
+    assert args[args.index("--dev_split_from_train") + 1] == str(dev)
+    assert "--do_predict" not in args and "--predict_split" not in args  # the sweep scores the dev split only
+    assert args[args.index("--max_train_samples") + 1] == str(budget.tasks["pos"].train_size)
+    assert sweep[0].cell_id(StudySettings()).startswith("sweep-pos-bitfit-n400-lr")
+    # without chosen rates the main cells of swept rows await them; with them they carry --learning_rate
+    waiting = plan(budget, tasks=["pos"])
+    assert waiting and all(c.awaits_rate and c.learning_rate is None for c in waiting)
+    chosen = plan(budget, tasks=["pos"], rates={("pos", "bitfit"): 3e-3, ("pos", "full"): 2e-5})
+    assert not any(c.awaits_rate for c in chosen)
+    args = next(c for c in chosen if c.method == "bitfit").recipe_args(StudySettings())
+    assert args[args.index("--learning_rate") + 1] == "0.003"
+    # rows the sweep does not tune (the single-seed cost rows) keep the recipe's default rate
+    lora = plan(budget, tasks=["sentiment"], methods=["lora"])
+    assert lora and not lora[0].awaits_rate and "--learning_rate" not in lora[0].recipe_args(StudySettings())
+    assert sweep_plan(BUDGETS["smoke"]) == []
+
+
+def test_constant_schedule_and_cpu_budget_sizing_are_parameters():
+    cell = plan(BUDGETS["smoke"], tasks=["pos"], methods=["bitfit"])[0]
+    args = cell.recipe_args(StudySettings(lr_scheduler_type="constant"))
+    assert args[args.index("--lr_scheduler_type") + 1] == "constant"
+    assert "--lr_scheduler_type" not in cell.recipe_args(StudySettings())  # the recipes' default (linear)
+    assert cell.key(StudySettings(lr_scheduler_type="constant")) != cell.key(StudySettings())
+    sizing = CpuSizing(train_size=(("sentiment", 800), ("pair", 400), ("pos", 300), ("qa", 200)), min_steps=60,
+                       curve_sizes=((200, (1, 2)), (3200, (1, 2))), sweep_factors=(0.5, 1.0), sweep=True)
+    budget = cpu_budget(sizing, name="trial")
+    assert budget.name == "trial" and budget.tasks["sentiment"].train_size == 800 and budget.min_steps == 60
+    assert budget.tasks["sentiment"].methods == BUDGETS["default"].tasks["sentiment"].methods  # same shape
+    assert budget.curve.sizes == ((200, (1, 2)), (3200, (1, 2))) and budget.sweep.factors == (0.5, 1.0)
+    assert cpu_budget(CpuSizing(sweep=False)).sweep is None
+    assert cpu_budget() == BUDGETS["default"]
 
 
 def test_plan_filters_and_rejects_unknown_names():
@@ -91,10 +150,11 @@ def test_dry_run_of_the_full_budget_through_the_cli(tmp_path, capsys):
 
     assert cli_main(["study", "--budget", "full", "--dry-run", "--output_dir", str(tmp_path / "s")]) == 0
     out = capsys.readouterr().out
-    cells = plan(BUDGETS["full"])
+    cells = plan(BUDGETS["full"]) + sweep_plan(BUDGETS["full"])
     assert f"{len(cells)} cells" in out
-    assert "qa-full-n8000-s3-" in out  # the paper's SQuAD curve
-    assert "estimated time" in out and "--predict_split train" in out
+    assert "qa-full-n8000-s3-lr?" in out  # the paper's SQuAD curve, at the rate the sweep will choose
+    assert "sweep-qa-full-n4000-lr" in out and "waiting" in out
+    assert "estimated time" in out and "--dev_split_from_train" in out
     assert not (tmp_path / "s").exists()  # a dry run writes nothing
 
 
@@ -260,3 +320,63 @@ def test_ctrl_c_with_jobs_stops_every_running_cell_and_records_none(tmp_path):
         with open(f"/proc/{pid}/stat") as handle:  # only a zombie may be left
             assert handle.read().split()[2] == "Z", f"cell process {pid} still runs"
     assert not list((out / "cells").glob("*.json")) if (out / "cells").exists() else True
+
+
+SWEEP_RECIPE = '''
+import json, math, os, sys
+args = sys.argv[1:]
+out = args[args.index("--output_dir") + 1]
+os.makedirs(out, exist_ok=True)
+seed = int(args[args.index("--seed") + 1])
+rate = float(args[args.index("--learning_rate") + 1]) if "--learning_rate" in args else None
+if "--dev_split_from_train" in args:  # the sweep: best dev score at 3e-3
+    accuracy = 0.9 - 0.1 * abs(math.log10(rate / 3e-3))
+else:
+    accuracy = 0.8 + seed / 100
+json.dump({"eval_accuracy": accuracy, "predict_accuracy": 0.95, "train_runtime": 1.0, "train_loss": 0.5},
+          open(os.path.join(out, "all_results.json"), "w"))
+history = [{"epoch": 0.5, "loss": 0.7, "step": 5}, {"epoch": 1.0, "loss": 0.3, "step": 10}]
+json.dump({"log_history": history}, open(os.path.join(out, "trainer_state.json"), "w"))
+json.dump({"rate": rate}, open(os.path.join(out, "rate.json"), "w"))
+'''
+
+
+def test_the_sweep_runs_first_and_its_choice_trains_the_main_cells_in_the_same_invocation(tmp_path):
+    from bitfit_hf.study.grid import Budget, SweepBudget, TaskBudget
+    from bitfit_hf.study.report import write_report
+
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "glue.py").write_text(SWEEP_RECIPE)
+    budget = Budget("t", "a stand-in sweep", {"sentiment": TaskBudget(16, (1, 2), ("bitfit",), ("lora",), epochs=1.0,
+                                                                       eval_samples=16, train_score_samples=8,
+                                                                       dev_samples=8)},
+                    curve=None, min_steps=1, sweep=SweepBudget(rates=(("bitfit", (1e-3, 3e-3, 1e-2)),)))
+    study = Study(str(tmp_path / "study"), budget, StudySettings(), recipes_dir=str(recipes))
+    before = study.states()
+    assert [s.status for s in before].count("waiting for the learning-rate sweep") == 2
+    lines = []
+    states = study.run(progress=False, echo=lines.append, max_cells=2)  # part of the sweep only
+    assert "2 waiting for the learning-rate sweep" in lines[0] and sum(s.status == "done" for s in states) == 2
+    lines = []
+    states = study.run(progress=False, echo=lines.append)
+    assert any("the sweep chose learning rates: 2 more cell(s) to run" in line for line in lines)
+    main = [s for s in states if s.cell.stage == "main" and s.cell.method == "bitfit"]
+    assert [s.status for s in main] == ["done", "done"] and all(s.cell.learning_rate == 3e-3 for s in main)
+    for state in main:
+        assert json.loads((tmp_path / "study" / "runs" / state.cell_id / "rate.json").read_text())["rate"] == 3e-3
+        assert state.record["final_train_loss"] == 0.3 and state.record["learning_rate"] == 3e-3
+    lora = next(s for s in states if s.cell.method == "lora")
+    assert lora.status == "done" and lora.cell.learning_rate is None  # a cost row: the recipe's default rate
+    constants = {"sentiment": {"rule": "the most frequent class", "validation": {"score": 50.0, "n": 16},
+                               "train": {"score": 50.0, "n": 8}, "dev": {"score": 50.0, "n": 8}}}
+    results = write_report(study.output_dir, study.states(), budget, study.settings, param_counts={},
+                           constants=constants)
+    (entry,) = results["sweep"]
+    assert entry["chosen"] == 3e-3 and not entry["edge"] and [r["rate"] for r in entry["rates"]] == [1e-3, 3e-3, 1e-2]
+    assert results["grid"]["sentiment"]["bitfit"]["learning_rate"] == 3e-3
+    report = (tmp_path / "study" / "report.md").read_text()
+    assert "| sentiment | BitFit (all biases) | 0.001: 85.23 (85.23); **0.003: 90.00** (90.00); 0.01: 84.77 (84.77) | 0.003 |" \
+        in report
+    assert "## Constant predictors and the validity gate" in report and "> 55.00" in report
+    assert "s1 81.00 ✓, fits" in report and "seed noise" in report and "validity gate" in report
