@@ -32,7 +32,7 @@ from bitfit_hf.adapters.config import (
 from bitfit_hf.adapters.integrity import tensors_digest, verify_tensors
 from bitfit_hf.adapters.peft_format import load_peft_beft, peft_type_of
 from bitfit_hf.adapters.remote import remote_store
-from bitfit_hf.tuners import apply_method, method_spec
+from bitfit_hf.tuners import apply_method, method_spec, released
 from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.tuners.peft_layers import is_wrapped_base_tensor
 from bitfit_hf.tuners.state import get_bitfit_state, trainable_state_dict, unwrap
@@ -65,10 +65,14 @@ class BitFitAdapter:
         base_model_revision: Optional[str] = None,
         metadata: Optional[dict] = None,
         tensors: Optional[Dict[str, torch.Tensor]] = None,
+        release: bool = True,
     ) -> "BitFitAdapter":
         """The adapter of a model prepared with :func:`apply_bitfit` (typically after training).
 
         ``tensors`` lets a caller that gathered the trained tensors itself (DeepSpeed ZeRO-3) pass them.
+        ``release=False`` keeps training-only tensors (a training checkpoint, which must resume exactly);
+        by default the method's ``release`` hook decides what the adapter holds (AdapterBias folds its L0
+        gates into ``L_alpha``).
         """
         state = get_bitfit_state(model)
         if state is None:
@@ -77,6 +81,12 @@ class BitFitAdapter:
             raise AdapterError("bias_terms='full' trains every weight: save the full model with save_pretrained().")
         inner = unwrap(model)
         tensors = tensors if tensors is not None else trainable_state_dict(inner)
+        cfg = state.config
+        trained = state.selection.parameter_names
+        if release:
+            cfg, kept = released(cfg, tensors)
+            trained = [n for n in trained if n in kept or n not in tensors]  # without the tensors release dropped
+            tensors = kept
         sparse = getattr(state, "sparse_indices", None) or {}
         tensors = sparse_format.pack(tensors, sparse)  # partially trained tensors: their entries only
         floating = [t for t in tensors.values() if t.is_floating_point()]
@@ -84,14 +94,13 @@ class BitFitAdapter:
         architecture = type(inner).__name__
         id2label = getattr(hf_config, "id2label", None)
         label2id = getattr(hf_config, "label2id", None)
-        cfg = state.config
         config = AdapterConfig(
             base_model_name_or_path=base_model_name_or_path or getattr(hf_config, "_name_or_path", "") or "",
             base_model_revision=base_model_revision,
             model_type=getattr(hf_config, "model_type", "") or "",
             architecture=architecture,
             task_type=task_type_of(architecture),
-            trained_parameters=state.selection.parameter_names,
+            trained_parameters=trained,
             adapter_parameters=list(tensors),
             base_fingerprint=state.fingerprint,
             bias_terms=list(cfg.bias_terms),
@@ -105,7 +114,7 @@ class BitFitAdapter:
             base_loading=describe_base_loading(inner),
             sentence_pooling=sentence_pooling_of(inner),
             base_sketch=dict(state.base_sketch),
-            sparse_parameters=[n for n in state.selection.parameter_names if n in sparse],
+            sparse_parameters=[n for n in trained if n in sparse],
             num_labels=getattr(hf_config, "num_labels", None) if task_type_of(architecture) else None,
             id2label={str(k): v for k, v in id2label.items()} if id2label else None,
             label2id={str(k): int(v) for k, v in label2id.items()} if label2id else None,

@@ -247,6 +247,15 @@ class BitFitArguments:
     share_alpha: bool = field(
         default=False, metadata={"help": "With --method adapterbias: one L_alpha shared by all layers."}
     )
+    l0_lambda: float = field(
+        default=0.0,
+        metadata={"help": "With --method adapterbias: the paper's L0 regularisation of L_alpha, hard-concrete gates on its "
+                  "input weights and this times their expected open count added to the loss; the saved adapter holds "
+                  "the pruned weights as zeros. 0 (default): no gates. See docs/adapterbias.md."},
+    )
+    l0_learning_rate: Optional[float] = field(
+        default=None, metadata={"help": "With --method adapterbias --l0_lambda: learning rate of the gates (default 0.1)."}
+    )
     lora_r: int = field(default=8, metadata={"help": "With --method lora / bitfit_lora: the LoRA rank."})
     lora_alpha: float = field(default=16, metadata={"help": "With --method lora / bitfit_lora: LoRA alpha (scale alpha/r)."})
     lora_dropout: float = field(default=0.1, metadata={"help": "With --method lora / bitfit_lora: dropout on the LoRA input."})
@@ -284,6 +293,9 @@ class BitFitArguments:
         flat = [t for term in terms for t in term.replace(",", " ").split()]
         if self.share_alpha and self.method != "adapterbias":
             raise RecipeError(f"--share_alpha applies to --method adapterbias only (got --method {self.method}).")
+        for flag in ("l0_lambda", "l0_learning_rate"):
+            if getattr(self, flag) and self.method != "adapterbias":
+                raise RecipeError(f"--{flag} applies to --method adapterbias only (got --method {self.method}).")
         if self.method == "adapterbias":
             return self._adapterbias_config(flat)
         if self.method not in ("bitfit", "bitfit_lora", "bitfit_ia3") and flat:
@@ -365,8 +377,15 @@ class BitFitArguments:
             raise RecipeError(f"{', '.join(given)} select or tune BitFit's biases; --method adapterbias trains its "
                               "shift, the FFN/embeddings LayerNorms and the head (rates: --learning_rate, "
                               "--head_learning_rate).")
-        return AdapterBiasConfig(share_alpha=self.share_alpha, train_head=self.train_head,
-                                 head_learning_rate=self.head_learning_rate, save_full_model=self.save_full_model)
+        if self.l0_learning_rate is not None and not self.l0_lambda:
+            raise RecipeError("--l0_learning_rate is the rate of the L0 gates, which only --l0_lambda > 0 adds.")
+        l0_rate = {} if self.l0_learning_rate is None else {"l0_learning_rate": self.l0_learning_rate}
+        try:
+            return AdapterBiasConfig(share_alpha=self.share_alpha, train_head=self.train_head,
+                                     head_learning_rate=self.head_learning_rate, save_full_model=self.save_full_model,
+                                     l0_lambda=self.l0_lambda, **l0_rate)
+        except ValueError as err:
+            raise RecipeError(f"{self._flags_behind(str(err))}: {err}") from None
 
 
 # --------------------------------------------------------------------------- device

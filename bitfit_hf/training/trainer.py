@@ -33,7 +33,7 @@ from bitfit_hf.training.frozen_dtype import cast_frozen_weights, resolve_frozen_
 from bitfit_hf.training.optim import compact_sparse_state, keep_untrained_entries, parameter_groups, without_names
 from bitfit_hf.training.pooling_head import apply_pooling_head, pooling_already_decided
 from bitfit_hf.training.quantized_base import biases_count_as_adapter
-from bitfit_hf.tuners import apply_method, method_label
+from bitfit_hf.tuners import apply_method, method_label, training_penalty
 from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.tuners.errors import SelectionError
 from bitfit_hf.tuners.state import adapter_parameter_names, get_bitfit_state, unwrap
@@ -221,6 +221,23 @@ class BitFitTrainerBase(Trainer):
             )
         check_same_base(cfg, self.bitfit_state, unwrap(self.model))
 
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """``Trainer``'s loss plus the method's penalty in training (MethodSpec.penalty: AdapterBias's L0 term),
+        counted once per optimizer step whatever the gradient accumulation."""
+        result = super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+        penalty = training_penalty(unwrap(model), self.bitfit_state) if model.training else None
+        if penalty is None:
+            return result
+        scaled = getattr(self, "loss_is_scaled_for_ga", None)
+        if scaled is None:  # Trainer divides the loss by the accumulation steps unless it is normalised already
+            scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or self.compute_loss_func is not None
+        if scaled:
+            penalty = penalty / self.current_gradient_accumulation_steps
+        if return_outputs:
+            loss, outputs = result
+            return loss + penalty.to(loss.dtype), outputs
+        return result + penalty.to(result.dtype)
+
     def evaluation_loop(self, *args, **kwargs):
         with zero12_evaluation_before_training(self):  # DeepSpeed builds no ZeRO-1/2 inference engine
             return super().evaluation_loop(*args, **kwargs)
@@ -235,6 +252,8 @@ class BitFitTrainerBase(Trainer):
             return {n: params[n].detach().to("cpu", copy=True).contiguous() for n in names}
 
     def build_adapter(self, tensors: Optional[Dict[str, torch.Tensor]] = None) -> BitFitAdapter:
+        """The adapter of the model now; a training checkpoint's keeps the training-only tensors (AdapterBias's
+        L0 gates) so that a resume continues exactly, every other save holds what the method releases."""
         metadata = {**self.adapter_metadata, "training_args": _public_args(self.args)}
         if self.frozen_dtype is not None:  # how to reproduce the trained model's numbers (docs: frozen_dtype)
             metadata["frozen_dtype"] = str(self.frozen_dtype).replace("torch.", "")
@@ -244,6 +263,7 @@ class BitFitTrainerBase(Trainer):
             base_model_revision=self.base_model_revision,
             metadata=metadata,
             tensors=tensors if tensors is not None else self.adapter_tensors(),
+            release=not getattr(self, "_writing_checkpoint", False),
         )
 
     def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
@@ -274,10 +294,12 @@ class BitFitTrainerBase(Trainer):
             clear_marker(folder)
         limit = self.args.save_total_limit
         self.args.save_total_limit = None  # Trainer rotates inside; we rotate after marking
+        self._writing_checkpoint = True  # build_adapter keeps training-only tensors
         try:
             super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = limit
+            self._writing_checkpoint = False
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
             mark_complete(folder, self.state.global_step)

@@ -20,7 +20,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from torch import nn
 
 from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
-from bitfit_hf.tuners.adapterbias.model import adapterbias_tensor_role, apply_adapterbias, insert_shifts
+from bitfit_hf.tuners.adapterbias.model import (
+    adapterbias_tensor_role,
+    apply_adapterbias,
+    insert_shifts,
+    l0_penalty,
+    release_adapter,
+)
 from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.tuners.bias.model import BitFitState, apply_bitfit
 from bitfit_hf.tuners.bitfit_ia3 import layer as ia3_layer
@@ -89,6 +95,12 @@ class MethodSpec:
     # A variant of the method that a config describes, for model cards: the method's config ->
     # (display_name, description), or None for the method as registered.
     card_variant: Optional[Callable[[Any], Optional[Tuple[str, str]]]] = None
+    # A term the trainer adds to the training loss: (model, state) -> a scalar tensor or None (AdapterBias's
+    # l0_lambda times the expected L0 of its gates). None: the task loss alone.
+    penalty: Optional[Callable[[nn.Module, Any], Any]] = None
+    # What a saved adapter holds when it is not a training checkpoint: (method config, tensors) -> (the config it
+    # loads with, its tensors). AdapterBias folds its L0 gates into L_alpha here. None: the tensors as trained.
+    release: Optional[Callable[[Any, Dict[str, Any]], Tuple[Any, Dict[str, Any]]]] = None
 
 
 METHODS: Dict[str, MethodSpec] = {}
@@ -140,6 +152,18 @@ def describe_method(config: Any) -> str:
     return f"{method_label(config)} ({' '.join(bias_terms_of(config))})"
 
 
+def training_penalty(model: nn.Module, state: Any):
+    """The method's term for the training loss after a training forward (MethodSpec.penalty), or None."""
+    spec = METHODS.get(getattr(state.config, "method", "bitfit") or "bitfit")
+    return spec.penalty(model, state) if spec is not None and spec.penalty is not None else None
+
+
+def released(config: Any, tensors: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+    """``(config, tensors)`` of a saved adapter that is not a training checkpoint (MethodSpec.release)."""
+    spec = METHODS.get(getattr(config, "method", "bitfit") or "bitfit")
+    return spec.release(config, tensors) if spec is not None and spec.release is not None else (config, tensors)
+
+
 def tensor_role_of(method: str, name: str) -> Optional[str]:
     """The role of a stored tensor that is ``method``'s own (in modules it inserts), else None."""
     spec = METHODS.get(method)
@@ -151,13 +175,24 @@ def config_from_dict(method: str, data: Dict[str, Any]):
     return method_spec(method).config_class.from_dict(data)
 
 
-def _settings(config: Any) -> str:
-    """``k=v`` of a config's method-specific fields (an adapter config's ``method_config``)."""
+def _fields(config: Any) -> Dict[str, Any]:
+    """A config's method-specific fields (an adapter config's ``method_config``)."""
     fields = getattr(config, "method_config", None)
     if fields is None:
         fields = {k: v for k, v in config.to_dict().items()
                   if k not in BitFitConfig.__dataclass_fields__ and not k.endswith("learning_rate")}
-    return ", ".join(f"{k}={v}" for k, v in sorted(fields.items()))
+    return fields
+
+
+def _settings(config: Any, skip: Tuple[str, ...] = ()) -> str:
+    """``k=v`` of a config's method-specific fields."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(_fields(config).items()) if k not in skip)
+
+
+def _adapterbias_describe(config: Any) -> str:
+    fields = _fields(config)
+    l0 = AdapterBiasConfig.describe_l0(fields)
+    return f"adapterbias ({_settings(config, skip=('l0_lambda', 'l0_folded'))}" + (f"; {l0})" if l0 else ")")
 
 
 def _bitfit_label(config: Any) -> Optional[str]:
@@ -209,7 +244,9 @@ register_method(MethodSpec(
                    "each token's hidden state), which no bias or weight of the stock architecture can hold, so it is "
                    "not a per-task bias delta"),
     tensor_role=adapterbias_tensor_role,
-    describe=lambda config: f"adapterbias ({_settings(config)})",
+    describe=_adapterbias_describe,
+    penalty=l0_penalty,
+    release=release_adapter,
     paper="AdapterBias: Parameter-efficient Token-dependent Representation Shift for Adapters in NLP Tasks "
           "(Fu et al., Findings of NAACL 2022): https://aclanthology.org/2022.findings-naacl.199",
     citation="""@inproceedings{fu-etal-2022-adapterbias,

@@ -21,6 +21,9 @@ class TrainableSummary:
     tensors_per_role: Dict[str, int]
     per_role_layer: Dict[str, Dict[str, int]]
     descriptions: Dict[str, str] = field(default_factory=dict)  # roles a method adds (AdapterBias's ab_v, ...)
+    # Facts a method adds about its trained state ({"l0": {"gated": ..., "expected_active": ...}}); in to_dict
+    # and the text only when present.
+    notes: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_selection(cls, selection: Any) -> "TrainableSummary":
@@ -67,6 +70,7 @@ class TrainableSummary:
             "per_role": dict(self.per_role),
             "tensors_per_role": dict(self.tensors_per_role),
             "per_role_layer": {role: dict(layers) for role, layers in self.per_role_layer.items()},
+            **({"notes": {key: dict(value) for key, value in self.notes.items()}} if self.notes else {}),
         }
 
     def __str__(self) -> str:
@@ -84,6 +88,8 @@ class TrainableSummary:
             f"{100 * self.fraction(self.trainable_params):>10.4f}%  of {self.total_params:,} parameters "
             f"(without the head: {self.bias_params:,} = {100 * self.bias_fraction:.4f}%)"
         )
+        for key, facts in self.notes.items():
+            lines.append(f"{key}: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
         layers = self.layers()
         if layers and len(layers) <= 48:
             roles = [r for r in sorted(self.per_role_layer, key=lambda r: role_rank(r, self.descriptions)) if any(self.per_role_layer[r].get(l) for l in layers)]

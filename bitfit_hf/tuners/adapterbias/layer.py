@@ -19,6 +19,8 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
+from bitfit_hf.tuners.adapterbias.l0 import GatedAlpha
+
 CHILD = "token_shift"  # the shift's name under its projection: <projection>.token_shift.{vector,alpha.*}
 SHARED_ALPHA = "token_shift_alpha"  # the shared L_alpha's name on the base model
 HOOK_ATTR = "_adapterbias_hook"
@@ -38,9 +40,10 @@ def projection_sizes(module: nn.Module) -> Tuple[int, int]:
     )
 
 
-def new_alpha(d_ff: int, seed: int, like: torch.Tensor) -> nn.Linear:
+def new_alpha(d_ff: int, seed: int, like: torch.Tensor, gated: bool = False) -> nn.Linear:
     """``L_alpha: R^{d_ff} -> R`` with ``nn.Linear``'s default initialisation, drawn from a seeded
-    generator (so the result does not depend on, or disturb, the global random state)."""
+    generator (so the result does not depend on, or disturb, the global random state); ``gated``: with L0 gates
+    on its input weights (the same initial weights)."""
     alpha = nn.Linear(d_ff, 1, device="meta")
     generator = torch.Generator().manual_seed(seed)
     # nn.Linear's reset_parameters: kaiming_uniform(a=sqrt(5)) on the weight = U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
@@ -51,19 +54,24 @@ def new_alpha(d_ff: int, seed: int, like: torch.Tensor) -> nn.Linear:
     dtype = like.dtype if like.is_floating_point() else torch.float32
     alpha.weight = nn.Parameter(weight.to(device=like.device, dtype=dtype))
     alpha.bias = nn.Parameter(bias.to(device=like.device, dtype=dtype))
-    return alpha
+    return GatedAlpha(alpha) if gated else alpha
+
+
+def is_gated(alpha: nn.Module) -> bool:
+    return isinstance(alpha, GatedAlpha)
 
 
 class TokenShift(nn.Module):
     """``alpha(h) * v`` for ``h`` of shape ``[..., d_ff]``: ``[..., d]``."""
 
-    def __init__(self, d: int, like: torch.Tensor, alpha: Optional[nn.Linear] = None, d_ff: int = 0, seed: int = 0):
+    def __init__(self, d: int, like: torch.Tensor, alpha: Optional[nn.Linear] = None, d_ff: int = 0, seed: int = 0,
+                 gated: bool = False):
         super().__init__()
         dtype = like.dtype if like.is_floating_point() else torch.float32
         self.vector = nn.Parameter(torch.zeros(d, device=like.device, dtype=dtype))
         self.shared = alpha is not None
         if alpha is None:
-            self.alpha = new_alpha(d_ff, seed, like)
+            self.alpha = new_alpha(d_ff, seed, like, gated)
         else:
             self._shared_alpha = (alpha,)  # a tuple: not registered here, so the shared one keeps one name
 

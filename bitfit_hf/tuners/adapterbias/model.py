@@ -9,12 +9,24 @@ without that role is refused.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+import dataclasses
+from typing import Any, Dict, List, Optional, Tuple
 
+import torch
 from torch import nn
 
-from bitfit_hf.tuners.adapterbias.config import ALPHA, GAIN_PREFIX, VECTOR, AdapterBiasConfig
-from bitfit_hf.tuners.adapterbias.layer import CHILD, SHARED_ALPHA, TokenShift, attach, attached, new_alpha, projection_sizes
+from bitfit_hf.tuners.adapterbias import l0
+from bitfit_hf.tuners.adapterbias.config import ALPHA, GAIN_PREFIX, GATE, VECTOR, AdapterBiasConfig
+from bitfit_hf.tuners.adapterbias.layer import (
+    CHILD,
+    SHARED_ALPHA,
+    TokenShift,
+    attach,
+    attached,
+    is_gated,
+    new_alpha,
+    projection_sizes,
+)
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, match_role
 from bitfit_hf.tuners.state import (
     HEAD,
@@ -91,6 +103,11 @@ def _insert_shifts(model: nn.Module, config: AdapterBiasConfig) -> Dict[str, Tok
                 f"This model already holds AdapterBias shifts with share_alpha={not config.share_alpha}; an adapter "
                 f"with share_alpha={config.share_alpha} needs another copy of the base model."
             )
+        gated = {is_gated(s.alpha_module()) for s in existing}
+        if gated != {config.gated}:
+            have, want = ("L0 gates", "none") if True in gated else ("no L0 gates", "L0 gates (an l0_lambda run)")
+            raise ValueError(f"This model already holds AdapterBias shifts with {have}; this configuration needs "
+                             f"{want}. Use another copy of the base model.")
         return {name: attached(module) for name, _, module in projections}
     sizes = {projection_sizes(module) for _, _, module in projections}
     if config.share_alpha and shared is None:
@@ -98,13 +115,13 @@ def _insert_shifts(model: nn.Module, config: AdapterBiasConfig) -> Dict[str, Tok
         if len(d_ffs) != 1:
             raise ValueError(f"share_alpha needs one FFN width across layers; this model has {sorted(d_ffs)}.")
         like = projections[0][2].weight
-        shared = new_alpha(d_ffs.pop(), config.alpha_init_seed, like)
+        shared = new_alpha(d_ffs.pop(), config.alpha_init_seed, like, config.gated)
         root.add_module(SHARED_ALPHA, shared)
     shifts = {}
     for index, (name, _, module) in enumerate(projections):
         d_ff, d = projection_sizes(module)
         shift = TokenShift(d, module.weight, alpha=shared if config.share_alpha else None, d_ff=d_ff,
-                           seed=config.alpha_init_seed + index)
+                           seed=config.alpha_init_seed + index, gated=config.gated)
         attach(module, shift)
         shifts[name] = shift
     return shifts
@@ -131,10 +148,14 @@ def resolve_adapterbias(model: nn.Module, config: AdapterBiasConfig, total_param
         if not config.share_alpha:
             take(f"{name}.{CHILD}.alpha.weight", ALPHA, layer)
             take(f"{name}.{CHILD}.alpha.bias", ALPHA, layer)
+            if config.gated:
+                take(f"{name}.{CHILD}.alpha.{l0.GATE}.log_alpha", GATE, layer)
     if config.share_alpha:
         prefix = f"{root_name}.{SHARED_ALPHA}" if root_name else SHARED_ALPHA
         take(f"{prefix}.weight", ALPHA)
         take(f"{prefix}.bias", ALPHA)
+        if config.gated:
+            take(f"{prefix}.{l0.GATE}.log_alpha", GATE)
 
     table = ARCHITECTURE_ROLES[model_type]
     for role in config.norm_roles:
@@ -179,14 +200,56 @@ def apply_adapterbias(model: nn.Module, config: Optional[AdapterBiasConfig] = No
     trained = set(selection.parameter_names)
     for name, param in model.named_parameters():
         param.requires_grad_(name in trained)
-    state = TunerState(selection, dict(previous.added_biases) if previous is not None else {}, fingerprint)
+    state = AdapterBiasState(selection, dict(previous.added_biases) if previous is not None else {}, fingerprint)
+    state.gates = tuple(l0.gates_of(model).values()) if config.gated else ()
     set_tuner_state(model, state)
     return state
+
+
+class AdapterBiasState(TunerState):
+    """:class:`TunerState` plus the L0 gates of an ``l0_lambda`` run (none otherwise): the summary states how many
+    of ``L_alpha``'s input weights they keep."""
+
+    gates: Tuple[l0.HardConcreteGate, ...] = ()
+
+    @property
+    def summary(self):
+        summary = super().summary
+        if self.gates:
+            summary.notes["l0"] = {"l0_lambda": self.config.l0_lambda, **l0.gate_counts(self.gates)}
+        return summary
+
+
+def l0_penalty(model: nn.Module, state: Any) -> Optional[torch.Tensor]:
+    """MethodSpec.penalty: ``l0_lambda`` times the expected number of open gates in the last training forward
+    (None without gates, or when no training forward ran)."""
+    gates = getattr(state, "gates", None) or []
+    total = l0.penalty(gates) if gates else None
+    return None if total is None else state.config.l0_lambda * total
+
+
+def release_adapter(config: AdapterBiasConfig, tensors: Dict[str, torch.Tensor]):
+    """MethodSpec.release: an L0 run's adapter with its gates folded into ``L_alpha`` (pruned weights exact zeros,
+    no ``log_alpha`` stored), and the config it loads with (``l0_folded``: the gates' counts). Other configs as
+    they are."""
+    if not config.gated:
+        return config, tensors
+    suffix = f".{l0.GATE}.log_alpha"
+    counts = {"gated": 0, "active": 0, "expected_active": 0.0}
+    for name, log_alpha in tensors.items():
+        if name.endswith(suffix):
+            counts["gated"] += log_alpha.numel()
+            counts["active"] += int((l0.deterministic_gate(log_alpha) > 0).sum())
+            counts["expected_active"] += float(l0.expected_l0(log_alpha))
+    counts["expected_active"] = round(counts["expected_active"], 1)
+    return dataclasses.replace(config, l0_folded=counts), l0.fold_gates(tensors)
 
 
 def adapterbias_tensor_role(name: str) -> Optional[str]:
     """The role of a stored tensor of AdapterBias's shifts (``ab_v`` / ``ab_alpha``), None for any other."""
     parts = name.split(".")
+    if l0.GATE in parts:
+        return GATE
     if CHILD in parts:
         return VECTOR if parts[-1] == "vector" else ALPHA
     if SHARED_ALPHA in parts:
