@@ -357,17 +357,17 @@ class Cell:
             argv += ["--model_name_or_path", settings.model_name_or_path]
         if self.stage == SWEEP:
             argv += ["--do_train", "--do_eval", "--dev_split_from_train", str(self.dev_samples),
-                     "--max_eval_samples", str(self.dev_samples)]
-        else:
+                     "--max_train_samples", str(self.train_size), "--max_eval_samples", str(self.dev_samples)]
+        else:  # (the order of these flags is part of every stored cell's identity: keep it)
             argv += [
                 "--do_train", "--do_eval", "--do_predict",
+                "--max_train_samples", str(self.train_size),
                 "--max_eval_samples", str(self.eval_samples),
                 # the training-set score: --do_predict on the first N training examples
                 "--predict_split", "train",
                 "--max_predict_samples", str(min(self.train_score_samples, self.train_size)),
             ]
         argv += [
-            "--max_train_samples", str(self.train_size),
             "--num_train_epochs", _number(self.epochs),
             "--per_device_train_batch_size", str(task.train_batch_size),
             "--seed", str(self.seed),
