@@ -234,7 +234,7 @@ class Study:
                     return states
                 states = self.states()  # the finished sweep may have chosen rates: plan those main cells
                 newly = sum(s.status == "pending" and s.cell_id not in attempted for s in states)
-                if newly:
+                if newly and left != 0:
                     echo(f"the sweep chose learning rates: {newly} more cell(s) to run")
 
     def _run_round(self, pending: List[CellState], jobs: int, progress: bool, echo) -> None:
