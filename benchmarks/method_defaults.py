@@ -104,11 +104,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
     parser.add_argument("--jobs", type=int, default=1, help="methods run side by side")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores / jobs)")
-    parser.add_argument("--results", default=os.path.join(HERE, "results", "method_defaults.jsonl"))
-    parser.add_argument("--markdown", default=os.path.join(HERE, "results", "method_defaults.md"))
+    parser.add_argument("--results", default=None, help="JSONL of finished runs (default: results/method_defaults.jsonl; "
+                        "with --quick, a file in the temporary directory)")
+    parser.add_argument("--markdown", default=None, help="the table (default: beside the results, .md)")
     parser.add_argument("--report", action="store_true", help="only rewrite the markdown table from the results")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny budget (not a measurement)")
     args = parser.parse_args(argv)
+    if args.results is None:  # a smoke run never appends to the committed measurements
+        folder = tempfile.gettempdir() if args.quick else os.path.join(HERE, "results")
+        args.results = os.path.join(folder, "method_defaults" + ("_quick" if args.quick else "") + ".jsonl")
+    if args.markdown is None:
+        args.markdown = os.path.splitext(args.results)[0] + ".md"
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
