@@ -10,7 +10,7 @@ from torch import nn
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.config import AdapterError
-from bitfit_hf.data.assets import packaged_copy_or
+from bitfit_hf.data.assets import named_model_or, packaged_copy_or
 from bitfit_hf.utils.base_loading import loading_kwargs, remember_base_loading
 from bitfit_hf.utils.quiet import transformers_errors_only
 
@@ -81,6 +81,8 @@ class AutoBitFitModel:
             if local != source:  # the packaged copy is the main revision; it has no other
                 kwargs.pop("revision", None)
                 source = local
+        else:
+            source = named_model_or(source)  # base_model="mpnet": the packaged copy
         try:
             # transformers reports the base's task head as newly initialised (or resized); the adapter
             # brings its own head, so that report would only mislead. Other errors still raise.

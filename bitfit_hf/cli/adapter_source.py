@@ -52,12 +52,12 @@ def load_tokenizer(folder: str, config, base_model=None):
     one, see :func:`~bitfit_hf.data.assets.packaged_copy_or`); ``None`` when neither has one."""
     from transformers import AutoTokenizer
 
-    from bitfit_hf.data.assets import packaged_copy_or
+    from bitfit_hf.data.assets import named_model_or, packaged_copy_or
 
     def sources():  # the base is resolved only when the adapter's folder has no tokenizer
         yield folder
         if base_model:
-            yield base_model
+            yield named_model_or(base_model)
         elif config.base_model_name_or_path:
             yield packaged_copy_or(config.base_model_name_or_path, config.base_model_revision)
 

@@ -164,3 +164,40 @@ def test_the_study_fetches_a_named_model_asset_once_before_its_cells(fake_mpnet,
     monkeypatch.delenv("BITFIT_HF_OFFLINE")
     command._fetch_model_asset("mpnet")
     assert assets.model_status("mpnet") == "ok"
+
+
+# --------------------------------------------------------------------------- adapters on mpnet
+
+
+def test_adapters_trained_on_mpnet_load_their_base_from_the_packaged_copy(fake_mpnet, tmp_path, monkeypatch):
+    """The recipes record the Hub id; a hand-made adapter may record ``mpnet``; ``base_model="mpnet"``
+    overrides either. All three load the packaged copy and give the trained model's logits."""
+    import shutil
+
+    from bitfit_hf import AutoBitFitModel, BitFitConfig, apply_bitfit, save_adapter
+    from bitfit_hf.utils.sentence_pooling import install_sentence_pooling
+
+    torch.manual_seed(0)
+    model = T.AutoModelForSequenceClassification.from_pretrained(packaged_copy("mpnet"), num_labels=2)
+    install_sentence_pooling(model, "mean")
+    apply_bitfit(model, BitFitConfig("all"))
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(0.05 * torch.randn_like(param))
+    ids = torch.tensor([[0, 5, 6, 7, 2, 1], [0, 8, 2, 1, 1, 1]])
+    batch = {"input_ids": ids, "attention_mask": (ids != 1).long()}
+    with torch.no_grad():
+        expected = model.eval()(**batch).logits
+    for recorded in (MPNET_HUB_ID, "mpnet"):
+        out = tmp_path / f"adapter-{recorded.replace('/', '_')}"
+        save_adapter(model, str(out), base_model_name_or_path=recorded)
+        for base_model in (None, "mpnet"):
+            loaded = AutoBitFitModel.from_pretrained(str(out), base_model=base_model).eval()
+            with torch.no_grad():
+                assert torch.allclose(loaded(**batch).logits, expected, atol=1e-5), (recorded, base_model)
+
+    shutil.rmtree(fake_mpnet)  # a fresh machine, offline: the explicit name says how to fetch it
+    monkeypatch.setenv("BITFIT_HF_OFFLINE", "1")
+    with pytest.raises(AssetNotFoundError, match="bitfit-hf assets fetch mpnet"):
+        AutoBitFitModel.from_pretrained(str(out), base_model="mpnet")

@@ -26,6 +26,7 @@ __all__ = [
     "mpnet_path",
     "asset_path",
     "model_asset_name",
+    "named_model_or",
     "model_asset_of_folder",
     "packaged_copy",
     "packaged_copy_or",
@@ -120,6 +121,14 @@ def model_asset_name(name: str | None) -> str | None:
     if not name or name not in MODEL_ASSETS or os.path.exists(name):
         return None
     return name
+
+
+def named_model_or(source: str) -> str:
+    """``source``, or the folder of the model asset it names by short name (``"mpnet"``: fetched on first use
+    unless offline); for a base given explicitly (``base_model=``, ``--base-model``), which is otherwise
+    loaded as given. Raises :class:`AssetError` (naming the fetch command) when that folder is not to be had."""
+    name = model_asset_name(source)
+    return model_path(name) if name is not None else source
 
 
 def model_asset_of_folder(folder: str) -> ModelSpec | None:
