@@ -62,7 +62,12 @@ def apply_pooling_head(model: nn.Module, source: Optional[str], pooling_head: st
                     "smaller adapter).", mode, pooler, mode)
         return mode
     install_sentence_pooling(model, mode)
+    if pooler is None:  # MPNet's classifier, for one, builds no pooler: there is nothing else to train
+        logger.info("Sentence-transformers base: the head classifies from the checkpoint's own %s pooling (its "
+                    "1_Pooling config); this model has no pooler, so pooling_head train_pooler would do the same.",
+                    mode)
+        return mode
     logger.info("Sentence-transformers base: the head classifies from the checkpoint's own %s pooling (its "
-                "1_Pooling config)%s; pooling_head train_pooler trains the pooler with the head instead.",
-                mode, f", not from {pooler}, which was never trained" if pooler else "")
+                "1_Pooling config), not from %s, which was never trained; pooling_head train_pooler trains the "
+                "pooler with the head instead.", mode, pooler)
     return mode
