@@ -8,6 +8,10 @@ The mapping (written by peft's own ``save_pretrained``, so the format is peft's 
   module in ``modules_to_save`` (saved whole: its weight travels along, unchanged);
 * the task head -> ``modules_to_save``.
 
+A method whose tensors are a peft tuner's own ((IA)³: ``MethodSpec.peft_export`` is a callable) exports that tuner
+instead: the hook builds the ``peft.PeftModel``, the head and trained norms go to ``modules_to_save``, and a
+trained bias of any other module is refused (one tuner type per PEFT adapter).
+
 What PEFT cannot express is refused with an error naming the part: a bias added to a bias-less module
 (PEFT declines to add biases: a BEFT delta there could not be merged), a fused chunk (GPT-2's ``c_attn``
 thirds) or any bias of a non-Linear module (BEFT wraps ``nn.Linear`` only), weight matrices selected by
@@ -29,8 +33,9 @@ from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.auto import AutoBitFitModel
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.adapters.export import check_export_target, replace_dir
-from bitfit_hf.tuners import METHODS
+from bitfit_hf.tuners import METHODS, tensor_role_of
 from bitfit_hf.tuners.bias.selection import resolve
+from bitfit_hf.tuners.peft_layers import BASE_LAYER
 from bitfit_hf.utils.constants import CONFIG_NAME
 from bitfit_hf.utils.io import read_json_object
 from bitfit_hf.utils.names import is_under
@@ -63,6 +68,48 @@ def _method_refusal(method: str) -> str:
 def _is_beft(method: str) -> bool:
     spec = METHODS.get(method)
     return spec is not None and spec.peft_export == "beft"
+
+
+def _own_tuner(method: str):
+    """The method's PEFT export hook when it writes a tuner of its own (``MethodSpec.peft_export`` callable)."""
+    spec = METHODS.get(method)
+    return spec.peft_export if spec is not None and callable(spec.peft_export) else None
+
+
+def own_tuner_plan(adapter: BitFitAdapter, model: nn.Module) -> PeftPlan:
+    """The layout of an adapter whose method exports its own peft tuner (``MethodSpec.peft_export`` callable): the
+    method's tensors go to the tuner, the head and trained norms to ``modules_to_save``. A trained bias of any
+    other module is a :class:`PeftExportError`: a PEFT adapter holds one tuner type, and ``modules_to_save`` would
+    ship that module's whole weight matrix."""
+    cfg = adapter.config
+    spec = METHODS[cfg.method]
+    name_of_method = spec.display_name or cfg.method
+    if cfg.added_biases:
+        first = next(iter(cfg.added_biases))
+        raise PeftExportError(f"Cannot export to PEFT: the bias added to {first!r}: the stock {cfg.architecture} has "
+                              "none there, and PEFT adds no biases. Keep the bitfit-hf adapter format for this model.")
+    modules = dict(model.named_modules())
+    heads = [h for h in cfg.head_modules if any(is_under(n, [h]) for n in adapter.tensors)]
+    plan = PeftPlan()
+    for name in adapter.tensors:
+        if is_under(name, heads) or tensor_role_of(cfg.method, name) is not None:
+            continue
+        module_name = name.replace(f".{BASE_LAYER}.", ".").rpartition(".")[0]  # a peft-wrapped layer's stock name
+        module = modules.get(module_name)
+        if module is None:
+            raise PeftExportError(f"Cannot export to PEFT: {name!r} is not a parameter of {type(model).__name__}.")
+        if all(p.dim() == 1 for p in module.parameters(recurse=False)):
+            if module_name not in plan.modules_to_save:
+                plan.modules_to_save.append(module_name)
+            continue
+        raise PeftExportError(
+            f"Cannot export to PEFT: the trained bias {name!r} of a {type(module).__name__} beside the "
+            f"{name_of_method} tensors. A PEFT adapter holds one tuner type, peft's {name_of_method} tuner has no bias "
+            "part, and modules_to_save would ship the module's whole weight matrix. Keep the bitfit-hf format, or "
+            "`bitfit-hf merge` it into a plain checkpoint."
+        )
+    plan.modules_to_save += heads
+    return plan
 
 
 def _pooling_refusal(cfg) -> str:
@@ -137,7 +184,7 @@ def export_peft(
     check_base: bool = True,
     **model_kwargs,
 ) -> str:
-    """Write ``adapter`` (an adapter, its folder or Hub id) as a PEFT BEFT adapter into ``save_directory``
+    """Write ``adapter`` (an adapter, its folder or Hub id) as a PEFT adapter (BEFT; (IA)³ adapters as peft IA3) into ``save_directory``
     (replaced atomically); returns the directory. ``base_model`` overrides the recorded base (a path, a Hub
     id, or a stock model, which is changed in place). Loading it::
 
@@ -155,9 +202,36 @@ def export_peft(
         raise PeftExportError(f"Cannot export to PEFT: {refusal}")
     if cfg.sentence_pooling:
         raise PeftExportError(f"Cannot export to PEFT: {_pooling_refusal(cfg)}")
-    if not hasattr(peft, "BeftConfig"):
+    own_tuner = _own_tuner(cfg.method)
+    if own_tuner is None and not hasattr(peft, "BeftConfig"):
         raise PeftExportError(f"peft {peft.__version__} has no BEFT tuner: install peft >= 0.20 to export.")
     model = base_model if isinstance(base_model, nn.Module) else AutoBitFitModel.build_base(adapter, base_model, **model_kwargs)
+    if own_tuner is not None:
+        plan = own_tuner_plan(adapter, model)
+        adapter.apply_to(model, check_base=check_base)  # checks the base; the method's layers, norms and head
+        peft_model = own_tuner(model, cfg.tuner_config(), plan.modules_to_save, cfg.task_type)
+    else:
+        peft_model = _beft_model(adapter, model, check_base)
+    # peft records the folder the model was loaded from; users need the base the adapter names (a Hub id).
+    peft_model.peft_config[peft_model.active_adapter].base_model_name_or_path = cfg.base_model_name_or_path or None
+    peft_model.peft_config[peft_model.active_adapter].revision = cfg.base_model_revision
+
+    parent = os.path.dirname(os.path.abspath(save_directory))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".export-peft-", dir=parent)
+    try:
+        peft_model.save_pretrained(tmp, save_embedding_layers=False)
+        replace_dir(tmp, save_directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return save_directory
+
+
+def _beft_model(adapter: BitFitAdapter, model: nn.Module, check_base: bool):
+    """A plain BitFit adapter as a peft BEFT model: bias deltas on Linear layers, norms and head saved whole."""
+    import peft
+
+    cfg = adapter.config
     plan = peft_plan(adapter, model)
     params = dict(model.named_parameters())
     stock = {m: params[f"{m}.bias"].detach().clone() for m in plan.beft_targets}
@@ -174,23 +248,12 @@ def export_peft(
         revision=cfg.base_model_revision,
     )
     peft_model = peft.get_peft_model(model, peft_config)
-    # peft records the folder the model was loaded from; users need the base the adapter names (a Hub id).
-    peft_model.peft_config[peft_model.active_adapter].base_model_name_or_path = cfg.base_model_name_or_path or None
     inner = peft_model.get_base_model()
     with torch.no_grad():
         for module_name, delta in deltas.items():
             layer = inner.get_submodule(module_name)
             layer.beft_bias[peft_model.active_adapter].copy_(delta.to(layer.beft_bias[peft_model.active_adapter]))
-
-    parent = os.path.dirname(os.path.abspath(save_directory))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".export-peft-", dir=parent)
-    try:
-        peft_model.save_pretrained(tmp, save_embedding_layers=False)
-        replace_dir(tmp, save_directory)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return save_directory
+    return peft_model
 
 
 def peft_export_blocker(adapter: BitFitAdapter, model: Optional[nn.Module] = None) -> Optional[str]:
@@ -204,11 +267,12 @@ def peft_export_blocker(adapter: BitFitAdapter, model: Optional[nn.Module] = Non
     try:
         import peft
 
-        if not hasattr(peft, "BeftConfig"):
+        own_tuner = _own_tuner(adapter.config.method)
+        if own_tuner is None and not hasattr(peft, "BeftConfig"):
             return f"peft {peft.__version__} has no BEFT tuner"
         if model is None:
             model = _meta_base(adapter)
-        peft_plan(adapter, model)
+        (own_tuner_plan if own_tuner is not None else peft_plan)(adapter, model)
     except PeftExportError as err:
         return str(err)
     except (OSError, ValueError, ImportError) as err:

@@ -34,6 +34,7 @@ from bitfit_hf.tuners.bitfit_ia3.config import IA3, BitFitIA3Config, IA3Config
 from bitfit_hf.tuners.bitfit_ia3.layer import is_ia3_tensor
 from bitfit_hf.tuners.bitfit_ia3.model import apply_bitfit_ia3
 from bitfit_hf.tuners.bitfit_ia3.model import bank_attach as ia3_bank_attach
+from bitfit_hf.tuners.bitfit_ia3.model import peft_model as ia3_peft_model
 from bitfit_hf.tuners.bitfit_lora import layer as lora_bank
 from bitfit_hf.tuners.bitfit_lora.config import LORA, BitFitLoraConfig
 from bitfit_hf.tuners.bitfit_lora.layer import is_lora_tensor
@@ -79,8 +80,9 @@ class MethodSpec:
     bank_switch: Optional[Callable[[nn.Module, Any], None]] = None
     bank_layers: Optional[Callable[[nn.Module], List[str]]] = None
     # PEFT export: "beft" (a plain bias selection: bitfit-hf writes a PEFT BEFT adapter), a callable
-    # (stock model with the adapter applied, method config, head modules) -> a peft model holding the method's
-    # part, or None (peft_refusal says why not).
+    # (stock model with the adapter applied, method config, modules to save whole (head, trained norms), task type)
+    # -> a peft.PeftModel holding the method's part, or None (peft_refusal says why not). Trained biases of other
+    # modules have no place beside a callable's tuner: the export refuses them by name.
     peft_export: Any = None
     peft_refusal: str = ""
     # The recipes' --method label of a config (``lora`` for BitFit + LoRA with no bias term); None: the name.
@@ -316,8 +318,7 @@ def _ia3_spec(name: str, config_class: type, description: str, display_name: str
         tensor_role=lambda tensor: IA3 if is_ia3_tensor(tensor) else None,
         bank_modules=ia3_layer.bank_modules, bank_attach=ia3_bank_attach, bank_switch=ia3_layer.bank_switch,
         bank_layers=ia3_layer.bank_layers,
-        peft_refusal=("its (IA)³ vectors and bias terms: a PEFT adapter holds one tuner type. Use bitfit-hf to load "
-                      "it, or `bitfit-hf merge` for a plain checkpoint"),
+        peft_export=ia3_peft_model,
         describe=lambda config: f"{name} (bias terms {_terms(config)}; {_settings(config) or 'paper targets'})",
     )
 

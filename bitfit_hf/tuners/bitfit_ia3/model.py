@@ -17,7 +17,7 @@ from torch import nn
 from bitfit_hf.tuners.bias.model import apply_bitfit
 from bitfit_hf.tuners.bitfit_ia3.config import IA3, BitFitIA3Config
 from bitfit_hf.tuners.bitfit_ia3.layer import ia3_layers, inject_ia3, merged_tensors, set_layer_enabled
-from bitfit_hf.tuners.peft_layers import is_branch_parameter, stock_name, wrapped_name
+from bitfit_hf.tuners.peft_layers import ADAPTER_NAME, is_branch_parameter, stock_name, wrapped_name
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, HEAD, match_role
 from bitfit_hf.tuners.state import (
     Selection,
@@ -150,3 +150,33 @@ def bank_attach(model: nn.Module, modules: List[str], method_config: dict) -> Di
         if bool(layers[module_name].is_feedforward) != (module_name in feedforward):
             raise ValueError(f"{module_name!r} scales its input for one task of this bank and its output for another")
     return {m: True for m in modules}
+
+
+def peft_model(model: nn.Module, config, modules_to_save: List[str], task_type: Optional[str]):
+    """MethodSpec.peft_export: ``model`` (a stock base with the adapter applied: (IA)³ layers, head, norms) as a
+    plain ``peft`` IA3 model holding the same vectors, ``modules_to_save`` saved whole (the head, trained norms).
+
+    bitfit-hf's (IA)³ layers are peft's own, so the export puts each wrapped module back, lets
+    ``peft.get_peft_model`` wrap it again as a PeftModel's adapter, and copies the vectors: the loaded PEFT
+    adapter computes exactly what the bitfit-hf one does. Changes ``model`` in place."""
+    import peft
+
+    model = unwrap(model)
+    layers = ia3_layers(model)
+    vectors = {name: layer.ia3_l[ADAPTER_NAME].detach().clone() for name, layer in layers.items()}
+    feedforward = [name for name, layer in layers.items() if layer.is_feedforward]
+    transposed = any(getattr(layer, "fan_in_fan_out", False) for layer in layers.values())
+    for name, layer in layers.items():
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, layer.get_base_layer())
+    if hasattr(model, "peft_config"):  # left by inject_adapter_in_model; get_peft_model starts afresh
+        del model.peft_config
+    peft_config = peft.IA3Config(task_type=task_type, target_modules=list(vectors), feedforward_modules=feedforward,
+                                 modules_to_save=list(modules_to_save) or None, fan_in_fan_out=transposed)
+    wrapped = peft.get_peft_model(model, peft_config)
+    inner = wrapped.get_base_model()
+    with torch.no_grad():
+        for name, vector in vectors.items():
+            target = inner.get_submodule(name).ia3_l[wrapped.active_adapter]
+            target.copy_(vector.to(target.dtype))
+    return wrapped
