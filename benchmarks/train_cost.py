@@ -34,6 +34,10 @@ source of noise):
   each step ends with ``torch.cuda.synchronize()`` so a step's time includes its kernels.
 * **Precision**: ``--precision bf16`` trains with the Trainer's ``bf16=True`` (autocast, fp32 master weights
   and optimizer state), as a user would on a GPU; it also runs on CPUs that have bf16 instructions.
+  A method name ending in ``@frozen-bf16`` (e.g. ``bitfit-all@frozen-bf16``; bf16 only) is the same
+  configuration with its frozen Linear weights stored in bf16 (``frozen_dtype``,
+  :mod:`bitfit_hf.training.frozen_dtype`): ``BitFitTrainer(frozen_dtype="bfloat16")``, or for the
+  ``Trainer`` rows (LoRA, BEFT) ``cast_frozen_weights`` on the model once the Trainer holds it.
 * Each memory child also checks correctness: the loss is finite, the trainable parameters are exactly the
   expected ones, they changed, and every frozen tensor is bit-identical after training.
 
@@ -76,6 +80,19 @@ LABELS = {
     "plain-bitfit-all": "BitFit `all`, hand loop",
 }
 LEARNING_RATES = {"full": 2e-5, "lora": 5e-4}  # others: 1e-3 (the BitFit paper's range)
+FROZEN_BF16 = "@frozen-bf16"  # method suffix: frozen Linear weights stored in bf16 (needs --precision bf16)
+
+
+def split_method(method: str):
+    """``(base method, frozen_dtype)``: ``bitfit-all@frozen-bf16`` -> ``("bitfit-all", "bfloat16")``."""
+    if method.endswith(FROZEN_BF16):
+        return method[: -len(FROZEN_BF16)], "bfloat16"
+    return method, None
+
+
+def label(method: str) -> str:
+    base, frozen = split_method(method)
+    return LABELS.get(base, base) + (", frozen weights bf16" if frozen else "")
 
 # name -> (description, batch, seq) defaults; --batch-size / --seq override.
 MODELS = {
@@ -222,6 +239,10 @@ def build_run(model_name: str, method: str, batch: int, seq: int, steps: int, ou
 
     from bitfit_hf import BitFitConfig, BitFitTrainer, apply_bitfit
 
+    method, frozen_dtype = split_method(method)
+    if frozen_dtype and (precision != "bf16" or method.startswith("plain-") or method == "full"):
+        raise ValueError(f"{method}{FROZEN_BF16}: frozen bf16 weights need --precision bf16 and a method with a "
+                         "frozen base trained through a Trainer")
     model = build_model(model_name)
     data = SyntheticDataset(batch * steps, seq, model.config.vocab_size)
     if method.startswith("plain-"):
@@ -234,13 +255,13 @@ def build_run(model_name: str, method: str, batch: int, seq: int, steps: int, ou
     elif method in ("bitfit-all", "bitfit-paper", "frozen"):
         terms = {"bitfit-all": "all", "bitfit-paper": "paper-subset", "frozen": "frozen"}[method]
         trainer = BitFitTrainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks),
-                                bitfit_config=BitFitConfig(bias_terms=terms))
+                                bitfit_config=BitFitConfig(bias_terms=terms), frozen_dtype=frozen_dtype)
     elif method == "bitfit-lora":  # the LoRA row's settings (r, alpha, dropout, q/v) plus every bias
         from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
 
         trainer = BitFitTrainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks),
                                 bitfit_config=BitFitLoraConfig(bias_terms="all", lora_r=8, lora_alpha=16,
-                                                               lora_dropout=0.1))
+                                                               lora_dropout=0.1), frozen_dtype=frozen_dtype)
     elif method in ("bitfit-all-fused", "bitfit-all-foreach"):  # diagnostics: the optimizer implementation
         import torch
 
@@ -260,6 +281,10 @@ def build_run(model_name: str, method: str, batch: int, seq: int, steps: int, ou
             config = peft.BeftConfig(task_type="SEQ_CLS")
         model = peft.get_peft_model(model, config)
         trainer = T.Trainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks))
+        if frozen_dtype:
+            from bitfit_hf.training.frozen_dtype import cast_frozen_weights
+
+            cast_frozen_weights(trainer.model, frozen_dtype)
     else:
         raise ValueError(f"unknown method {method!r}")
     return model, trainer, data
@@ -366,9 +391,11 @@ class _MemoryMeter:
 
 def _digests(model) -> Dict[str, str]:
     """Per-tensor digest of every parameter's bytes (no copy: hashes the buffer in place)."""
+    import torch
+
     out = {}
     for name, param in model.named_parameters():
-        array = param.detach().cpu().contiguous().numpy()
+        array = param.detach().cpu().contiguous().view(torch.uint8).numpy()  # bf16 has no numpy dtype: its bytes
         out[name] = hashlib.blake2b(memoryview(array).cast("B"), digest_size=16).hexdigest()
     return out
 
@@ -420,10 +447,10 @@ def memory_worker(model_name: str, method: str, batch: int, seq: int, steps: int
         adapter_bytes = -1
         save_dir = os.path.join(tmp, "saved")
         if trainer is not None:
-            if method == "full":
+            if split_method(method)[0] == "full":
                 model.save_pretrained(save_dir)
                 adapter_bytes = _dir_file_size(save_dir, ["model.safetensors"])
-            elif method in ("lora", "beft"):
+            elif split_method(method)[0] in ("lora", "beft"):
                 model.save_pretrained(save_dir)
                 adapter_bytes = _dir_file_size(save_dir, ["adapter_model.safetensors"])
             else:
@@ -454,6 +481,8 @@ def memory_worker(model_name: str, method: str, batch: int, seq: int, steps: int
         "n_frozen_changed": len(frozen_changed),
         "n_trained": len(trained_names),
         "n_trained_changed": len(trained_changed),
+        "frozen_bf16_tensors": sum(1 for p in model.parameters() if not p.requires_grad and p.dtype == torch.bfloat16),
+        "trained_not_float32": sorted(n for n, p in model.named_parameters() if p.requires_grad and p.dtype != torch.float32),
     }
 
 
@@ -662,6 +691,10 @@ def _check(m: dict) -> List[str]:
         failures.append("no trainable tensor changed")
     if "full" not in m["method"] and m["trainable_params"] >= m["total_params"]:
         failures.append("everything is trainable")
+    if split_method(m["method"])[1] and not m.get("frozen_bf16_tensors"):
+        failures.append("no frozen tensor stored in bf16")
+    if m.get("trained_not_float32"):
+        failures.append(f"trained tensors not float32: {m['trained_not_float32'][:3]}")
     return failures
 
 
@@ -694,7 +727,7 @@ def markdown_table(model_name: str, rows: Dict[str, dict], batch: int, seq: int,
         speed = "-" if row.get("speed_vs_full") is None else f"{row['speed_vs_full']:.2f}x"
         mem = "-" if row.get("memory_vs_full") is None else f"{row['memory_vs_full']:.2f}x"
         lines.append(
-            f"| {LABELS.get(method, method)} | {tp} | {'-' if sps is None else f'{sps:.2f}'} | "
+            f"| {label(method)} | {tp} | {'-' if sps is None else f'{sps:.2f}'} | "
             f"{speed} | "
             f"{_mb(row.get('peak_bytes'))} | "
             f"{mem} | "
@@ -750,7 +783,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="tiny random BERT + MiniLM at sequence 32, batch 4, 1 warm-up + 2 rounds")
     parser.add_argument("--models", default=None, help="comma list of: " + ", ".join(MODELS))
-    parser.add_argument("--methods", default=None, help="comma list of: " + ", ".join(METHODS + PLAIN_METHODS))
+    parser.add_argument("--methods", default=None, help="comma list of: " + ", ".join(METHODS + PLAIN_METHODS)
+                        + f"; a method name + {FROZEN_BF16} (with --precision bf16): its frozen weights stored in bf16")
     parser.add_argument("--with-plain", action="store_true", help="add hand-written loops (plain-full, plain-bitfit-all)")
     parser.add_argument("--batch-size", type=int, default=None,
                         help=f"default on a CPU: 32 MiniLM, 8 BERT-base and mpnet; {GPU_BATCH} on a GPU")
@@ -814,6 +848,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     quick = args.quick
     methods = (args.methods or ",".join(METHODS)).split(",")
+    frozen_bf16 = [m for m in methods if split_method(m)[1]]
+    if frozen_bf16 and args.precision != "bf16":
+        parser.error(f"{', '.join(frozen_bf16)}: frozen bf16 weights need --precision bf16 (autocast)")
     if args.with_plain:
         methods += [m for m in PLAIN_METHODS if m not in methods]
     try:

@@ -54,8 +54,8 @@ def test_train_cost_quick(tmp_path):
 @pytest.mark.slow
 def test_train_cost_bf16_trains_in_mixed_precision(tmp_path):
     """The GPU table's settings (Trainer bf16=True) also run on a CPU, so the path cannot rot unnoticed."""
-    result = _run("train_cost.py", tmp_path, "--models", "tiny", "--methods", "full,bitfit-all,plain-bitfit-all",
-                  "--precision", "bf16")
+    result = _run("train_cost.py", tmp_path, "--models", "tiny", "--methods",
+                  "full,bitfit-all,plain-bitfit-all,bitfit-all@frozen-bf16,lora@frozen-bf16", "--precision", "bf16")
     res = result["models"]["tiny"]
     assert (res["device"], res["precision"]) == ("cpu", "bf16")
     rows = res["rows"]
@@ -64,6 +64,18 @@ def test_train_cost_bf16_trains_in_mixed_precision(tmp_path):
         assert row["precision"] == "bf16"
     assert rows["full"]["mixed_precision"] == rows["bitfit-all"]["mixed_precision"] == "bf16"
     assert "CPU, bf16" in (tmp_path / "result.md").read_text()
+    # frozen_dtype rows: frozen Linear weights in bf16 (unchanged by training), the same trained tensors as without
+    for method in ("bitfit-all@frozen-bf16", "lora@frozen-bf16"):
+        memory = res["raw_memory"][method][0]
+        assert memory["frozen_bf16_tensors"] > 0 and memory["trained_not_float32"] == []
+    assert rows["bitfit-all@frozen-bf16"]["trainable_params"] == rows["bitfit-all"]["trainable_params"]
+    assert "frozen weights bf16" in (tmp_path / "result.md").read_text()
+
+
+def test_train_cost_frozen_bf16_needs_bf16():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "train_cost.py"), "--methods",
+                           "bitfit-all@frozen-bf16"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 2 and "--precision bf16" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_train_cost_refuses_cuda_without_a_gpu():
