@@ -8,6 +8,12 @@ every biased module adds to each example's row the bias difference of that examp
 ``[num_tasks, features]`` table by a task-id tensor. The task heads (``classifier``, ``qa_outputs``, ...)
 are applied per task to their own rows, with each task's head tensors, via ``torch.func.functional_call``.
 
+A method whose own tensors route per example the same way gives a router (``MethodSpec.batch_router``): (IA)³
+scaling vectors multiply each example's key / value output or FFN input by its task's vector, picked from a
+``[num_tasks, features]`` table as the biases are (a task without a vector there gets ones), so (IA)³ and
+BitFit + (IA)³ tasks mix with BitFit tasks in one batch. Methods whose tensors change weights (LoRA, the random
+baselines) or add token-dependent shifts (AdapterBias) are refused with the reason (``MethodSpec.not_batchable``).
+
 Example::
 
     from bitfit_hf import AdapterBank, MultiTaskModel
@@ -41,7 +47,7 @@ from torch import nn
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterError
-from bitfit_hf.tuners import method_spec
+from bitfit_hf.tuners import method_spec, tensor_role_of
 from bitfit_hf.tuners.bias.layer import HOOK_ATTR
 from bitfit_hf.utils.names import is_under
 
@@ -141,19 +147,43 @@ class MultiTaskModel(nn.Module):
                     f"Task {task!r} uses {method}: {refusal}. Serve it with AdapterBank.activate(task) on batches "
                     "of that task alone."
                 )
+        routed_by_method = self._build_routers()
+        claimed = {m for router in self._routers for m in router.modules}
         additive = _additive_bias_types()
         bias_names: List[str] = []
         for task in self.tasks:
             for name in self.bank.task_tensors(task):
-                if not is_under(name, heads) and name not in bias_names:
-                    self._check_routable(task, name, modules, additive)
+                if not is_under(name, heads) and name not in bias_names and name not in routed_by_method:
+                    self._check_routable(task, name, modules, additive, claimed)
                     bias_names.append(name)
         self.head_modules = heads
         self.bias_names = bias_names
-        self._bias_modules = {name: modules[name.rpartition(".")[0]] for name in bias_names}
+        self._bias_modules = {name: _bias_owner(modules[name.rpartition(".")[0]]) for name in bias_names}
         self._tables: Dict[str, torch.Tensor] = {name: self._bias_table(name, params) for name in bias_names}
         self._head_tensors = {head: self._head_table(head, modules[head]) for head in heads}
         self._head_modules = {h: modules[h] for h in heads}
+
+    def _build_routers(self) -> set:
+        """One router per method hook (MethodSpec.batch_router) for the served tasks' own tensors ((IA)³ vectors,
+        routed per example); returns the names of the tensors they route."""
+        by_hook: Dict[object, List[str]] = {}
+        for task in self.tasks:
+            spec = method_spec(self.bank.adapters[task].config.method)
+            if spec.batch_router is not None:
+                by_hook.setdefault(spec.batch_router, []).append(spec.name)
+        self._routers = []
+        routed = set()
+        for hook, methods in by_hook.items():
+            rows = []
+            for task in self.tasks:
+                method = self.bank.adapters[task].config.method
+                own = {} if method not in methods else {
+                    n: t for n, t in self.bank.task_tensors(task).items() if tensor_role_of(method, n) is not None}
+                routed.update(own)
+                rows.append(own)
+            rows.append({})  # BASE_TASK: the stock model
+            self._routers.append(hook(self.model, rows))
+        return routed
 
     def _served_heads(self) -> List[str]:
         """The served tasks' head modules, outermost only (a head nested in another is routed with it)."""
@@ -164,12 +194,16 @@ class MultiTaskModel(nn.Module):
                     heads.append(head)
         return [h for h in heads if not is_under(h, [o for o in heads if o != h])]
 
-    def _check_routable(self, task: str, name: str, modules: Dict[str, nn.Module], additive) -> None:
-        """Refuse a task tensor that is not an output-additive module bias (the only thing routed per example)."""
+    def _check_routable(self, task: str, name: str, modules: Dict[str, nn.Module], additive, claimed=()) -> None:
+        """Refuse a task tensor that is not an output-additive module bias (the only thing routed per example,
+        besides what a method's router routes). A module wrapped in a peft layer that a router answers for has
+        its bias routed on the wrapped base layer."""
         config = self.bank.adapters[task].config
         module_name, _, attr = name.rpartition(".")
         module = modules.get(module_name)
-        if type(module).__module__.startswith("peft."):
+        if module_name in claimed:
+            module = _bias_owner(module)
+        elif type(module).__module__.startswith("peft."):
             raise AdapterError(
                 f"Task {task!r} ({config.method}) trains the bias of {module_name!r}, which the bank has wrapped in "
                 "another task's peft layer: mixed-task batches route per-example bias deltas only. Serve the tasks "
@@ -266,7 +300,10 @@ class MultiTaskModel(nn.Module):
         routed = self._routed_modules()
         handles = [self._bias_modules[n].register_forward_hook(self._bias_hook(n)) for n in routed]
         swapped = []
+        routers = contextlib.ExitStack()
         try:
+            for router in self._routers:
+                routers.enter_context(router.route(task_ids))
             for head, module in self._head_modules.items():
                 parent_name, _, child = head.rpartition(".")
                 parent = self.model.get_submodule(parent_name) if parent_name else self.model
@@ -277,6 +314,7 @@ class MultiTaskModel(nn.Module):
             yield
         finally:
             self._routing_ids = None
+            routers.close()
             for handle in handles:
                 handle.remove()
             for parent, child, module in swapped:
@@ -386,6 +424,13 @@ class MultiTaskModel(nn.Module):
                           for i in order[:k]]
                 results.append(ranked[0] if top_k == 1 else ranked)
         return results
+
+
+def _bias_owner(module: nn.Module) -> nn.Module:
+    """The module whose output a bias is added to: a peft-wrapped module's base layer (the bias sits there, and
+    the wrapper's scaling, routed by its method, comes after it), else the module itself."""
+    base = getattr(module, "get_base_layer", None)
+    return base() if callable(base) and type(module).__module__.startswith("peft.") else module
 
 
 class _RoutedHead(nn.Module):

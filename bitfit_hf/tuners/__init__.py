@@ -67,6 +67,11 @@ class MethodSpec:
     # Why a mixed-task batch (MultiTaskModel) cannot route this method's tasks per example; "" when it can
     # (additive biases and heads, routed as per-example bias deltas).
     not_batchable: str = ""
+    # How a mixed-task batch routes the method's own tensors per example: (model, rows) -> a router, rows being per
+    # task (then the stock model) {tensor name: tensor} of the method's tensors; the router has ``modules`` (the
+    # wrapped modules it answers for: a bias there is routed on the wrapped base layer) and ``route(task_ids)``
+    # (a context manager around the forward). Methods with the same router share it. None: biases and heads only.
+    batch_router: Optional[Callable[[nn.Module, List[Dict[str, Any]]], Any]] = None
     # Which stored tensor names are the method's own (in modules it inserts: LoRA matrices, (IA)³ vectors,
     # AdapterBias shifts): name -> its role, None for a tensor of the stock architecture. The summary and the
     # card count them by role; the pre-load shape check expects them missing from a stock model.
@@ -293,11 +298,6 @@ register_method(MethodSpec(
 ))
 
 
-_IA3_NOT_BATCHABLE = (
-    "its (IA)³ vectors multiply activations (a key's, a value's or the FFN's inner one) instead of adding to them; "
-    "routing them per example needs per-example scaling hooks, which mixed-task batches do not have yet. Serve "
-    "(IA)³ tasks one at a time with AdapterBank.activate(), from a bank of their own"
-)
 _IA3_CITATION = """@inproceedings{liu2022fewshot,
     title = "Few-Shot Parameter-Efficient Fine-Tuning is Better and Cheaper than In-Context Learning",
     author = "Liu, Haokun and Tam, Derek and Muqeeth, Mohammed and Mohta, Jay and Huang, Tenghao and Bansal, Mohit and Raffel, Colin",
@@ -314,7 +314,7 @@ def _ia3_spec(name: str, config_class: type, description: str, display_name: str
               "NeurIPS 2022): https://arxiv.org/abs/2205.05638",
         citation=_IA3_CITATION,
         merge=lambda state, model: state.merged_state_dict(model),
-        not_batchable=_IA3_NOT_BATCHABLE,
+        batch_router=ia3_layer.BatchRouter,  # per-example scaling vectors, as biases are per-example deltas
         tensor_role=lambda tensor: IA3 if is_ia3_tensor(tensor) else None,
         bank_modules=ia3_layer.bank_modules, bank_attach=ia3_bank_attach, bank_switch=ia3_layer.bank_switch,
         bank_layers=ia3_layer.bank_layers,

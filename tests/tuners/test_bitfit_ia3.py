@@ -13,7 +13,6 @@ from conftest import batch, tiny_model
 from datasets import Dataset
 
 from bitfit_hf import AdapterBank, AutoBitFitModel, BitFitAdapter, BitFitConfig, BitFitTrainer, export_merged
-from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.tuners import METHODS, apply_method
 from bitfit_hf.tuners.bitfit_ia3 import IA3, BitFitIA3Config, BitFitIA3State, IA3Config
 
@@ -120,16 +119,19 @@ def test_adapter_bank_switches_ia3_tasks_bias_tasks_and_the_base_exactly():
             assert torch.equal(base(**batch()).logits, expected[name]), name
 
 
-def test_multitask_refuses_ia3_tasks_with_the_reason():
+def test_multitask_serves_ia3_tasks_in_mixed_batches():
+    """Scaling vectors route per example (tests/adapters/test_multitask_ia3.py checks the logits)."""
     from bitfit_hf.adapters.multitask import MultiTaskModel
 
-    ia3, _ = _perturbed_adapter(IA3Config(), 1)
-    with pytest.raises(AdapterError, match=r"uses ia3: .*multiply activations"):
-        MultiTaskModel(tiny_model("bert", num_labels=2), {"ia3": ia3})
+    ia3, logits = _perturbed_adapter(IA3Config(), 1)
+    mt = MultiTaskModel(tiny_model("bert", num_labels=2), {"ia3": ia3})
+    with torch.no_grad():
+        got = mt(**batch(), task_ids=["ia3"] * 4).logits
+    assert (got - logits).abs().max().item() <= 1e-5
 
 
 def test_registry_and_config_checks():
-    assert METHODS["ia3"].merge is not None and METHODS["bitfit_ia3"].not_batchable
+    assert METHODS["ia3"].merge is not None and not METHODS["bitfit_ia3"].not_batchable
     assert IA3Config().bias_terms == ["frozen"]
     with pytest.raises(ValueError, match="full"):
         BitFitIA3Config(bias_terms="full")
