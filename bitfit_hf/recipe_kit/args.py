@@ -137,6 +137,12 @@ class ModelArguments:
     load_in_8bit: bool = field(
         default=False, metadata={"help": "QBitFit: load the base in 8-bit with bitsandbytes. Needs a CUDA GPU and bitsandbytes."}
     )
+    attn_implementation: Optional[str] = field(
+        default=None,
+        metadata={"help": "The attention kernel transformers builds the model with: sdpa (torch's "
+                  "scaled_dot_product_attention), eager, flash_attention_2, ... Default: transformers' own choice "
+                  "(sdpa where the architecture supports it). See benchmarks/README.md, 'The GPU path'."},
+    )
 
 
 @dataclass
@@ -498,6 +504,32 @@ def _expand_home_in_argv(argv: List[str]) -> List[str]:
     return out
 
 
+def _group_by_length_alias(argv: List[str], training_class: type) -> List[str]:
+    """``--group_by_length`` (transformers 4's flag, what users know) as transformers 5 spells it:
+    ``--train_sampling_strategy group_by_length``. Left alone where the training class still has the flag."""
+    if "group_by_length" in getattr(training_class, "__dataclass_fields__", {}):
+        return argv
+    out: List[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name, eq, value = token[2:].partition("=") if token.startswith("--") else ("", "", "")
+        if name.replace("-", "_") != "group_by_length":
+            out.append(token)
+            i += 1
+            continue
+        if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            value, i = argv[i + 1], i + 1
+        i += 1
+        if not eq and not value:
+            value = "true"
+        if str(value).lower() in ("true", "1", "yes"):
+            out += ["--train_sampling_strategy", "group_by_length"]
+        elif str(value).lower() not in ("false", "0", "no"):
+            raise RecipeError(f"--group_by_length {value!r}: give true or false (or use --train_sampling_strategy).")
+    return out
+
+
 def _load_args_file(path: str) -> Dict[str, Any]:
     with open(path, encoding="utf-8") as handle:
         if path.endswith(".json"):
@@ -511,23 +543,30 @@ def _load_args_file(path: str) -> Dict[str, Any]:
     return data
 
 
+FROZEN_DTYPE_HELP = ("Where frozen (untrained) Linear weights live: float32, or bfloat16 (the compute dtype of --bf16; "
+                     "trained tensors and their optimizer state stay float32, and the training computes the same "
+                     "numbers). auto: bfloat16 when training on a CUDA GPU with --bf16, float32 otherwise. "
+                     "See bitfit_hf/training/frozen_dtype.py.")
 OVERWRITE_HELP = ("Write over the outputs of an earlier run in --output_dir (its adapter, checkpoints and results); "
                   "without it (and without --resume_from_checkpoint) a run refuses a folder that holds them.")
 _TRAINING_CLASSES: Dict[type, type] = {}
 
 
 def recipe_training_class(base: type) -> type:
-    """``base`` (``TrainingArguments``) with ``--overwrite_output_dir``: transformers 5 dropped the flag, the
-    recipes keep it (:func:`bitfit_hf.recipe_kit.output_dir.check_output_dir`). ``base`` itself when it
-    still has one."""
-    if "overwrite_output_dir" in getattr(base, "__dataclass_fields__", {}):
+    """``base`` (``TrainingArguments``) with the recipes' own training flags: ``--frozen_dtype`` (read by
+    ``BitFitTrainer``), and ``--overwrite_output_dir`` where transformers dropped it (transformers 5; the recipes
+    keep it, :func:`bitfit_hf.recipe_kit.output_dir.check_output_dir`). ``base`` itself when it has both."""
+    known = getattr(base, "__dataclass_fields__", {})
+    extra = []
+    if "overwrite_output_dir" not in known:
+        extra.append(("overwrite_output_dir", bool, field(default=False, metadata={"help": OVERWRITE_HELP})))
+    if "frozen_dtype" not in known:
+        extra.append(("frozen_dtype", str, field(default="auto", metadata={
+            "help": FROZEN_DTYPE_HELP, "choices": ["float32", "bfloat16", "auto"]})))
+    if not extra:
         return base
     if base not in _TRAINING_CLASSES:
-        cls = dataclasses.make_dataclass(
-            "RecipeTrainingArguments",
-            [("overwrite_output_dir", bool, field(default=False, metadata={"help": OVERWRITE_HELP}))],
-            bases=(base,),
-        )
+        cls = dataclasses.make_dataclass("RecipeTrainingArguments", extra, bases=(base,))
         cls.__module__ = __name__
         cls.__doc__ = base.__doc__
         _TRAINING_CLASSES[base] = cls
@@ -557,12 +596,16 @@ def parse_recipe_args(
 
     training_class = training_class or recipe_training_class(TrainingArguments)
     argv = _expand_home_in_argv(list(sys.argv[1:] if argv is None else argv))
+    argv = _group_by_length_alias(argv, training_class)
     parser = HfArgumentParser((ModelArguments, data_class, BitFitArguments, training_class))
 
     from_file = len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml"))
     if from_file:
         file_values = _load_args_file(os.path.abspath(os.path.expanduser(argv[0])))
         file_values = {k: _expand_home(v) if k in PATH_FLAGS else v for k, v in file_values.items()}
+        if "group_by_length" in file_values and "group_by_length" not in getattr(training_class, "__dataclass_fields__", {}):
+            if str(file_values.pop("group_by_length")).lower() in ("true", "1", "yes"):
+                file_values["train_sampling_strategy"] = "group_by_length"
         given = set(file_values)
         method = file_values.get("method", "bitfit")
         shared = str(file_values.get("share_alpha", False)).lower() in ("true", "1", "yes")

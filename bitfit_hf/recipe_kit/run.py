@@ -148,6 +148,7 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     setup_logging(parsed.training)
     use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread
     bitfit_config = parsed.bitfit.bitfit_config()
+    check_frozen_dtype(parsed.training, bitfit_config)
     log_run_header(parsed, defaults.recipe, bitfit_config)
     check_output_dir(parsed.training)  # an earlier run's outputs: refused before anything is loaded or written
     check_resume_target(parsed, bitfit_config)  # a checkpoint of another method or selection: refused here too
@@ -159,6 +160,16 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     fetch_default_assets(parsed, defaults.default_model_asset)
     set_seed(parsed.training.seed)
     return parsed, bitfit_config
+
+
+def check_frozen_dtype(training_args, bitfit_config) -> None:
+    """``--frozen_dtype bfloat16`` where it cannot work (no --bf16, --method full, --save_full_model, DeepSpeed /
+    FSDP): refused before anything loads; ``auto`` is decided by ``BitFitTrainer`` once the device is known."""
+    from bitfit_hf.training.frozen_dtype import resolve_frozen_dtype
+
+    choice = getattr(training_args, "frozen_dtype", None)
+    if choice not in (None, "auto"):
+        resolve_frozen_dtype(choice, training_args, bitfit_config, model=None)
 
 
 # --------------------------------------------------------------------------- model
@@ -332,7 +343,7 @@ def load_model(auto_class, model_args, source: str, config):
     try:
         model, info = auto_class.from_pretrained(
             source, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **_hub_kwargs(model_args),
-            **base_loading_kwargs(model_args), output_loading_info=True,
+            **base_loading_kwargs(model_args), **_attention_kwargs(model_args), output_loading_info=True,
         )
         handle_untrained_parts(model, model_args, source, info.get("missing_keys", ()))
         return remember_base_loading(model, getattr(model_args, "gguf_file", None))
@@ -343,6 +354,12 @@ def load_model(auto_class, model_args, source: str, config):
                 "a fresh head."
             ) from err
         raise
+
+
+def _attention_kwargs(model_args) -> Dict[str, Any]:
+    """``--attn_implementation`` when given; otherwise transformers picks (sdpa where the architecture has it)."""
+    choice = getattr(model_args, "attn_implementation", None)
+    return {"attn_implementation": choice} if choice else {}
 
 
 def maybe_load_adapter(model, model_args) -> None:

@@ -68,6 +68,19 @@ def parameter_groups(
     return list(groups.values())
 
 
+def foreach_on_cpu(optimizer_kwargs: Dict[str, Any], groups: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The optimizer keyword arguments for these groups: ``fused=True`` over CPU tensors only becomes
+    ``foreach=True``; anything else (a GPU, ``--optim adamw_torch``) is returned unchanged.
+
+    The default optim (``adamw_torch_fused``) on a CPU opens one OpenMP region per tensor, and BitFit trains
+    ~100 tiny tensors: on a shared 2-core CPU that cost 1.38x -> 1.10x of full FT's speed
+    (benchmarks/README.md). foreach computes the same AdamW update with no parallel region. On a GPU the
+    fused kernel is what the flag asks for, and it is kept."""
+    if optimizer_kwargs.get("fused") and all(p.device.type == "cpu" for g in groups for p in g["params"]):
+        return {**optimizer_kwargs, "fused": False, "foreach": True}
+    return optimizer_kwargs
+
+
 def without_names(groups: List[Dict[str, Any]], extra: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """The groups as a ``torch.optim`` constructor takes them (no ``name`` key)."""
     return [{k: v for k, v in group.items() if k != "name"} | dict(extra or {}) for group in groups]

@@ -30,7 +30,13 @@ from bitfit_hf.training.distributed import (
     zero12_evaluation_before_training,
 )
 from bitfit_hf.training.frozen_dtype import cast_frozen_weights, resolve_frozen_dtype
-from bitfit_hf.training.optim import compact_sparse_state, keep_untrained_entries, parameter_groups, without_names
+from bitfit_hf.training.optim import (
+    compact_sparse_state,
+    foreach_on_cpu,
+    keep_untrained_entries,
+    parameter_groups,
+    without_names,
+)
 from bitfit_hf.training.pooling_head import apply_pooling_head, pooling_already_decided
 from bitfit_hf.training.quantized_base import biases_count_as_adapter
 from bitfit_hf.tuners import apply_method, method_label, training_penalty
@@ -179,12 +185,8 @@ class BitFitTrainerBase(Trainer):
             return super().create_optimizer(model)
         optimizer_kwargs.pop("lr", None)  # each group carries its own
         groups = self.bitfit_parameter_groups(opt_model)
-        if (self.optimizer_cls_and_kwargs is None and optimizer_kwargs.get("fused")
-                and all(p.device.type == "cpu" for g in groups for p in g["params"])):
-            # The default optim ("adamw_torch_fused") on CPU opens one OpenMP region per tensor, and BitFit
-            # trains ~100 tiny tensors: on a shared 2-core CPU that cost 1.38x -> 1.10x of full FT's speed
-            # (benchmarks/README.md). foreach computes the same AdamW update with no parallel region.
-            optimizer_kwargs.update(fused=False, foreach=True)
+        if self.optimizer_cls_and_kwargs is None:  # --optim's choice: fused stays fused on a GPU
+            optimizer_kwargs = foreach_on_cpu(optimizer_kwargs, groups)
         self.optimizer = optimizer_cls(without_names(groups), **optimizer_kwargs)
         return self.optimizer
 

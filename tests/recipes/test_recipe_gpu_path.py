@@ -1,0 +1,129 @@
+"""The recipes' GPU-path flags work with BitFitTrainer's own parameter groups, end to end on a CPU with a tiny
+model (issue 27, item 2): --attn_implementation, --torch_compile, --group_by_length (transformers 5:
+--train_sampling_strategy group_by_length), --optim adamw_torch_fused, --bf16 --frozen_dtype bfloat16. Which of
+them pay on a GPU is for a GPU measurement to decide (benchmarks/README.md, "The GPU path")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers as T
+from recipe_support import few_threads, load_recipe, read_json  # noqa: F401 - few_threads: an autouse fixture
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+from bitfit_hf import BitFitAdapter
+from bitfit_hf.recipe_kit import parse_recipe_args
+from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.training.frozen_dtype import FrozenDtypeError
+from bitfit_hf.training.optim import foreach_on_cpu
+
+WORDS = "the a film movie was is very good bad great boring long fun dull it this and not".split()
+VOCAB = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS)}
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    """A random 2-layer BERT with a word-level tokenizer, saved as a checkpoint."""
+    folder = tmp_path_factory.mktemp("tiny_base")
+    tok = Tokenizer(models.WordLevel(VOCAB, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    T.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                              sep_token="[SEP]", mask_token="[MASK]", model_max_length=64).save_pretrained(folder)
+    torch.manual_seed(0)
+    T.BertModel(T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                             vocab_size=len(VOCAB), max_position_embeddings=64)).save_pretrained(folder)
+    return str(folder)
+
+
+def _capture(recipe):
+    """The recipe's BitFitTrainer, kept for inspection after ``main`` returns."""
+    seen = {}
+
+    class Capturing(recipe.BitFitTrainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            seen["trainer"] = self
+
+    recipe.BitFitTrainer = Capturing
+    return seen
+
+
+@pytest.mark.slow
+def test_gpu_path_flags_train_end_to_end_on_cpu(tmp_path, tiny_base):
+    recipe = load_recipe("glue")
+    seen = _capture(recipe)
+    out = tmp_path / "run"
+    recipe.main(["--model_name_or_path", tiny_base, "--output_dir", str(out), "--method", "bitfit_lora",
+                 "--max_train_samples", "48", "--max_eval_samples", "16", "--max_steps", "3",
+                 "--per_device_train_batch_size", "8", "--save_strategy", "no", "--disable_tqdm", "True",
+                 "--eval_before_training", "false",
+                 "--attn_implementation", "sdpa", "--torch_compile", "--torch_compile_backend", "aot_eager",
+                 "--group_by_length", "--optim", "adamw_torch_fused", "--bf16", "--use_cpu",
+                 "--frozen_dtype", "bfloat16"])
+    trainer = seen["trainer"]
+    model = trainer.model
+    assert model.config._attn_implementation == "sdpa"
+    assert trainer.args.torch_compile and trainer.args.train_sampling_strategy == "group_by_length"
+    assert type(trainer.model_wrapped).__name__ == "OptimizedModule"  # the training ran the compiled model
+    assert type(trainer._get_train_sampler()).__name__ == "LengthGroupedSampler"
+    # --optim adamw_torch_fused reached BitFit's own groups; on CPU tensors it runs as foreach (a GPU keeps fused)
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert optimizer.defaults["foreach"] is True and not optimizer.defaults["fused"]
+    assert {len(g["params"]) for g in optimizer.param_groups} and len(optimizer.param_groups) >= 3  # bias, lora, head
+    # frozen Linear weights bf16, trained tensors and optimizer state float32
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    assert any(p.dtype == torch.bfloat16 for p in frozen)
+    assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
+    assert all(v.dtype == torch.float32 for s in optimizer.state.values() for v in s.values() if v.dim())
+    # the adapter (names of the stock model, never torch.compile's _orig_mod) reloads on a stock float32 base
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert not any("_orig_mod" in name for name in config["adapter_parameters"])
+    assert config["metadata"]["frozen_dtype"] == "bfloat16"
+    adapter = BitFitAdapter.from_pretrained(str(out))
+    assert all(t.dtype == torch.float32 for t in adapter.tensors.values())
+    run_args = read_json(out / "run_args.json")["training_args"]
+    assert run_args["frozen_dtype"] == "bfloat16" and run_args["train_sampling_strategy"] == "group_by_length"
+    assert 0.0 <= read_json(out / "eval_results.json")["eval_accuracy"] <= 1.0
+
+
+def _parse(*argv):
+    from recipe_support import load_recipe as _load
+
+    glue = _load("glue")
+    return parse_recipe_args(glue.GlueDataArguments, glue.DEFAULTS, ["--output_dir", "/tmp/unused", *argv])
+
+
+def test_recipe_flags_parse():
+    parsed = _parse("--attn_implementation", "eager", "--group_by_length")
+    assert parsed.model.attn_implementation == "eager"
+    assert parsed.training.train_sampling_strategy == "group_by_length"
+    assert parsed.training.frozen_dtype == "auto"  # the default: float32 on a CPU, bf16 on a CUDA GPU with --bf16
+    assert _parse("--group_by_length", "false").training.train_sampling_strategy == "random"
+    assert _parse("--group_by_length=True").training.train_sampling_strategy == "group_by_length"
+    with pytest.raises(RecipeError, match="--group_by_length"):
+        _parse("--group_by_length", "maybe")
+    assert _parse().model.attn_implementation is None  # transformers' own choice (sdpa for BERT)
+
+
+def test_frozen_dtype_refused_before_loading(tmp_path):
+    """Explicit bfloat16 without --bf16 stops the run before anything loads, with the flag to change."""
+    with pytest.raises(FrozenDtypeError, match="--bf16"):
+        load_recipe("glue").main(["--output_dir", str(tmp_path / "x"), "--frozen_dtype", "bfloat16", "--use_cpu"])
+    assert not (tmp_path / "x" / "adapter_config.json").exists()
+
+
+def test_fused_stays_fused_on_a_gpu_and_becomes_foreach_on_cpu():
+    class Fake:
+        def __init__(self, device):
+            self.device = torch.device(device)
+
+    kwargs = {"fused": True, "betas": (0.9, 0.999)}
+    assert foreach_on_cpu(kwargs, [{"params": [Fake("cuda"), Fake("cuda")]}]) == kwargs
+    assert foreach_on_cpu(kwargs, [{"params": [Fake("cpu")]}]) == {"fused": False, "foreach": True, "betas": (0.9, 0.999)}
+    assert foreach_on_cpu({"foreach": None}, [{"params": [Fake("cpu")]}]) == {"foreach": None}  # --optim adamw_torch
