@@ -7,8 +7,9 @@ Nothing here names a method: any ``peft.tuners.tuners_utils.BaseTunerLayer`` is 
 
 from __future__ import annotations
 
-from typing import Dict, Iterable
+from typing import Callable, Dict, Iterable
 
+import torch
 from torch import nn
 
 ADAPTER_NAME = "default"  # peft's adapter name inside the wrapped modules (one adapter per method per model)
@@ -57,3 +58,19 @@ def set_layer_enabled(layer: nn.Module, enabled: bool) -> None:
     layer.enable_adapters(enabled)
     for param, flag in flags:
         param.requires_grad_(flag)
+
+
+def merged_state_dict(model: nn.Module, layers: Dict[str, nn.Module],
+                      fold: Callable[[str, nn.Module], Dict[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
+    """``model``'s state dict as the stock architecture names it, on CPU, with each wrapped layer's method folded in:
+    the layers' own tensors (LoRA matrices, (IA)³ vectors) dropped, base-layer tensors renamed to stock names, and
+    ``fold(name, layer)`` (the layer's merged tensors under stock names) replacing its base weight (and bias).
+    The one place export_merged's state dict of a peft-wrapped model is built, whatever the method."""
+    merged = {}
+    for key, value in model.state_dict().items():
+        if is_branch_parameter(key, layers):
+            continue
+        merged[stock_name(key, layers)] = value.detach().to("cpu")
+    for name, layer in layers.items():
+        merged.update(fold(name, layer))
+    return merged

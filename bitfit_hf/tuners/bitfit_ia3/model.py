@@ -17,7 +17,7 @@ from torch import nn
 from bitfit_hf.tuners.bias.model import apply_bitfit
 from bitfit_hf.tuners.bitfit_ia3.config import IA3, BitFitIA3Config
 from bitfit_hf.tuners.bitfit_ia3.layer import ia3_layers, inject_ia3, merged_tensors, set_layer_enabled
-from bitfit_hf.tuners.peft_layers import ADAPTER_NAME, is_branch_parameter, stock_name, wrapped_name
+from bitfit_hf.tuners.peft_layers import ADAPTER_NAME, is_branch_parameter, merged_state_dict, wrapped_name
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, HEAD, match_role
 from bitfit_hf.tuners.state import (
     Selection,
@@ -45,15 +45,7 @@ class BitFitIA3State(TunerState):
     def merged_state_dict(self, model: nn.Module) -> Dict[str, torch.Tensor]:
         """The model's state dict in stock names with every vector folded into its base weight (and bias)."""
         model = unwrap(model)
-        layers = ia3_layers(model)
-        merged = {}
-        for key, value in model.state_dict().items():
-            if is_branch_parameter(key, layers):
-                continue
-            merged[stock_name(key, layers)] = value.detach().to("cpu")
-        for name, layer in layers.items():
-            merged.update(merged_tensors(name, layer))
-        return merged
+        return merged_state_dict(model, ia3_layers(model), merged_tensors)
 
 
 def _role_modules(model: nn.Module, roles, heads: List[str]) -> List[str]:

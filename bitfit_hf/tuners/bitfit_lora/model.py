@@ -24,9 +24,9 @@ from bitfit_hf.tuners.bitfit_lora.layer import (
     lora_layers,
     matching_modules,
     merged_weight,
-    stock_name,
     wrapped_name,
 )
+from bitfit_hf.tuners.peft_layers import merged_state_dict
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, HEAD, match_role
 from bitfit_hf.tuners.state import (
     Selection,
@@ -57,15 +57,7 @@ class BitFitLoraState(TunerState):
     def merged_state_dict(self, model: nn.Module) -> Dict[str, torch.Tensor]:
         """The model's state dict in stock names with every LoRA update folded into its base weight."""
         model = unwrap(model)
-        layers = lora_layers(model)
-        merged = {}
-        for key, value in model.state_dict().items():
-            if is_lora_parameter(key, layers):
-                continue
-            merged[stock_name(key, layers)] = value.detach().to("cpu")
-        for name, layer in layers.items():
-            merged[f"{name}.weight"] = merged_weight(layer)
-        return merged
+        return merged_state_dict(model, lora_layers(model), lambda name, layer: {f"{name}.weight": merged_weight(layer)})
 
 
 def default_target_modules(model: nn.Module, head_modules: List[str]) -> List[str]:
