@@ -106,6 +106,27 @@ def test_task_switching_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_lora_profile_tiny(tmp_path):
+    """BitFit + LoRA against LoRA and BitFit, operator by operator: the products LoRA adds are the rank-r ones, and
+    BitFit + LoRA computes no weight gradient of a frozen matrix (no [hidden, tokens] x [tokens, hidden] product)."""
+    out, md = tmp_path / "profile.json", tmp_path / "profile.md"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "lora_profile.py"), "--model", "tiny",
+                           "--batch-size", "2", "--seq", "16", "--reps", "1", "--profile-steps", "1", "--precision",
+                           "bf16", "--frozen-bf16", "--json", str(out), "--markdown", str(md)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"bitfit", "lora", "bitfit-lora"}
+    tokens = 2 * 16
+    for method, row in rows.items():
+        assert row["step_cpu_s"] > 0 and sum(row["dispatched"].values()) > 0
+        weight_grads = [k for k in row["product_shapes"] if f"[[64, {tokens}], [{tokens}, 64]]" in k]
+        assert not weight_grads, (method, weight_grads)
+    assert rows["bitfit-lora"]["trainable_tensors"] > rows["bitfit"]["trainable_tensors"] > rows["lora"]["trainable_tensors"]
+    assert "Matrix products whose count differs" in md.read_text()
+
+
+@pytest.mark.slow
 def test_step_breakdown_tiny(tmp_path):
     out, md = tmp_path / "breakdown.json", tmp_path / "breakdown.md"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "step_breakdown.py"), "--model", "tiny",
