@@ -90,8 +90,8 @@ FILE_DESCRIPTIONS = {
     BIAS_CHANGE_JSON: "the bias-change matrix behind the heat map",
     BIAS_CHANGE_PNG: "the bias-change heat map",
     README_NAME: "this model card",
-    f"{PEFT_SUBFOLDER}/{CONFIG_NAME}": "the same adapter as a PEFT BEFT adapter (bias deltas on Linear layers, "
-                                       "norms and head as saved modules), for plain `peft`",
+    f"{PEFT_SUBFOLDER}/{CONFIG_NAME}": "the same adapter as a PEFT adapter (BitFit: BEFT bias deltas on Linear layers; "
+                                       "(IA)³: peft's IA3 vectors; norms and head as saved modules), for plain `peft`",
     f"{PEFT_SUBFOLDER}/{WEIGHTS_NAME}": "the PEFT copy's tensors",
 }
 
