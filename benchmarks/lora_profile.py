@@ -32,8 +32,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
 
-METHODS = ("bitfit", "lora", "bitfit-lora")
-LABELS = {"bitfit": "BitFit `all`", "lora": "PEFT LoRA r=8 q,v", "bitfit-lora": "BitFit `all` + LoRA r=8 q,v"}
+METHODS = ("bitfit", "lora", "bitfit-lora")  # the default comparison; --methods may add "full"
+LABELS = {"full": "full fine-tuning", "bitfit": "BitFit `all`", "lora": "PEFT LoRA r=8 q,v", "bitfit-lora": "BitFit `all` + LoRA r=8 q,v"}
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 
@@ -42,7 +42,9 @@ def build(model_name: str, method: str, frozen_bf16: bool):
     from train_cost import build_model
 
     model = build_model(model_name)
-    if method == "bitfit":
+    if method == "full":
+        pass  # every parameter trains
+    elif method == "bitfit":
         from bitfit_hf import BitFitConfig, apply_bitfit
 
         apply_bitfit(model, BitFitConfig(bias_terms="all"))
@@ -58,7 +60,7 @@ def build(model_name: str, method: str, frozen_bf16: bool):
         apply_method(model, BitFitLoraConfig(bias_terms="all", lora_r=8, lora_alpha=16, lora_dropout=0.1))
     else:
         raise ValueError(f"unknown method {method!r}")
-    if frozen_bf16:
+    if frozen_bf16 and method != "full":
         from bitfit_hf.training.frozen_dtype import cast_frozen_weights
 
         cast_frozen_weights(model, torch.bfloat16)
@@ -155,7 +157,7 @@ def main(argv=None) -> int:
     parser.add_argument("--profile-steps", type=int, default=2, help="steps recorded by torch.profiler")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--frozen-bf16", action="store_true", help="frozen weights stored in bf16 (needs --precision bf16)")
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma list of: full, " + ", ".join(METHODS))
     parser.add_argument("--top-ops", type=int, default=16)
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)

@@ -143,8 +143,9 @@ def test_adapter_reloads_exactly(tmp_path):
         with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast makes the casts the training stored
             assert torch.equal(stock(**_inputs()).logits.float(), trained)
         plain = stock(**_inputs()).logits
-    # plain float32 on the float32 base: off by the bf16 rounding of the frozen weights (tolerance documented)
-    assert (plain - trained).abs().max().item() < 5e-2
+    # plain float32 on the float32 base: off by the bf16 rounding of the frozen weights (measured 0.4% of the largest
+    # logit here, 0.3-0.9% for bitfit / bitfit_lora / bitfit_ia3; the documented tolerance is 2%)
+    assert 0 < (plain - trained).abs().max().item() <= 0.02 * trained.abs().max().item()
     cast_frozen_weights(stock, "bfloat16")  # cast the same way: a plain forward is exact too
     with torch.no_grad():
         assert torch.equal(stock(**_inputs()).logits.float(), trained)
