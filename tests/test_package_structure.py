@@ -166,9 +166,10 @@ def test_the_independence_contract_lists_every_method_folder():
 
 def test_upper_layers_name_no_method_but_through_the_registry():
     """adapters/, reporting/, training/, hub/, cli/, study/, serving/ and recipe_kit/ import no method folder; only
-    the recipes' argument file (each method's flags) and the package root (public names) do."""
+    the package root (public names) does. The recipes' flags of each method come from its folder through the
+    registry (``MethodSpec.recipe``)."""
     folders = tuple(_method_folders())
-    allowed = {"bitfit_hf", "bitfit_hf.recipe_kit.args"}
+    allowed = {"bitfit_hf"}
     upper = ("adapters", "reporting", "training", "hub", "cli", "study", "serving", "recipe_kit")
     found = [
         f"{importer}:{line} imports {target}"
@@ -176,4 +177,55 @@ def test_upper_layers_name_no_method_but_through_the_registry():
         if importer.split(".")[1:2] and importer.split(".")[1] in upper and importer not in allowed
         and any(target == f or target.startswith(f + ".") for f in folders)
     ]
+    assert found == []
+
+
+#: Where recipe_kit may spell a method's name: the learning-rate table (its values are measured per method, and
+#: stay beside the sweep that confirms them) and the default ``--method``.
+RECIPE_KIT_METHOD_NAMES_ALLOWED = {"DEFAULT_LEARNING_RATES", "DEFAULT_METHOD"}
+
+
+def _method_names() -> Set[str]:
+    """Every registered method and every recipe ``--method`` (``full``, ``frozen``, ``lora`` are recipe names)."""
+    from bitfit_hf.tuners import METHODS, recipe_methods
+
+    return set(METHODS) | set(recipe_methods())
+
+
+def _named_methods(path: Path, names: Set[str]) -> List[str]:
+    """``line: 'name'`` for each string constant of ``path`` that is a method's name, outside docstrings and outside
+    the statements that bind or update a name of RECIPE_KIT_METHOD_NAMES_ALLOWED."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped: Set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                skipped.add(id(first.value))
+        targets: List[ast.AST] = []
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute):
+            targets = [node.value.func.value]  # DEFAULT_LEARNING_RATES.update({...})
+        if any(isinstance(t, ast.Name) and t.id in RECIPE_KIT_METHOD_NAMES_ALLOWED for t in targets):
+            skipped |= {id(n) for n in ast.walk(node)}
+    hits = [node for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in skipped]
+    return [f"{path.name}:{node.lineno}: {node.value!r}" for node in sorted(hits, key=lambda n: (n.lineno, n.col_offset))]
+
+
+def test_the_method_name_finder_finds_a_branch(tmp_path):
+    source = tmp_path / "args.py"
+    source.write_text('"""bitfit"""\nDEFAULT_LEARNING_RATES = {"bitfit": 1e-3}\nDEFAULT_LEARNING_RATES.update({"lora": 1})\n'
+                      'def f(method):\n    """lora"""\n    if method in ("lora", "x"):\n        return {"full": 1}[method]\n')
+    assert _named_methods(source, {"bitfit", "lora", "full"}) == ["args.py:6: 'lora'", "args.py:7: 'full'"]
+
+
+def test_recipe_kit_names_no_method():
+    """The recipes' argument code holds no method's name (no ``if method == ...``, no table of some methods' flags):
+    every method's flags, refusals and config come from its folder (``tuners/<method>/recipe.py``) through the
+    registry, so a new method touches its folder and its registry line, not recipe_kit."""
+    names = _method_names()
+    assert {"bitfit", "full", "frozen", "lora", "bitfit_lora", "adapterbias", "rand_uniform", "ia3"} <= names
+    found = [hit for path in sorted((PACKAGE / "recipe_kit").rglob("*.py")) for hit in _named_methods(path, names)]
     assert found == []

@@ -1,8 +1,9 @@
 """Shared logic of the training recipes in ``recipes/`` (``glue.py``, ``pos.py``, ``squad.py``).
 
-* :mod:`.args` -- the method flags (``--method``, ``--bias_terms``), parsing and the default rules (learning rate
-  per method, CPU backend, offline default data); the model, data and training argument groups live in
-  :mod:`.arg_groups`, the command-line and arguments-file handling in :mod:`.argv`;
+* :mod:`.args` -- parsing the arguments and the default rules (learning rate per method, CPU backend, offline
+  default data); the argument dataclasses live in :mod:`.arg_groups` (model, data, training) and
+  :mod:`.method_args` (``--method``, the flags every method sees and each method's own, from its folder), the
+  command-line and arguments-file handling in :mod:`.argv`;
 * :mod:`.data` -- offline default datasets, Hub datasets, local files, and the split/column checks;
 * :mod:`.run` -- model loading with head checks, evaluate-before-and-after, results files, CLI entry;
 * :class:`.errors.RecipeError` -- bad input, raised before any training starts.

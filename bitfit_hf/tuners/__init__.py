@@ -1,6 +1,7 @@
 """Methods: one folder per method (``config.py`` says what is trained, ``layer.py`` how one module
-changes, ``model.py`` walks the network), plus what they share: the per-architecture role tables
-(``roles.py``) and the registry below.
+changes, ``model.py`` walks the network, ``recipe.py`` what the recipes offer: its ``--method`` names, its own flags
+and how they become its config), plus what they share: the per-architecture role tables (``roles.py``) and the
+registry below.
 
 Every method config has a class attribute ``method`` (its registry name, stored in adapters) and
 ``learning_rate_for(role)``; every method's ``apply`` prepares a model in place and returns a state
@@ -8,8 +9,8 @@ with ``config``, ``selection`` (the trained tensors with their roles and layers)
 ``added_biases`` and ``summary``, kept on the model (:func:`get_tuner_state`). A method that trains
 only some entries of a tensor also gives ``sparse_indices`` (``{name: flat int64 indices}``): the
 optimizer groups, the step guard and the adapter format handle those tensors generically. The trainer, the
-adapter format and the reports work through that interface only, so a new method is a new folder
-plus one :func:`register_method` line here.
+adapter format, the reports and the recipes' arguments work through that interface only, so a new method is a new
+folder plus one :func:`register_method` line here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torch import nn
 
+from bitfit_hf.tuners.adapterbias import recipe as adapterbias_recipe
 from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
 from bitfit_hf.tuners.adapterbias.model import (
     adapterbias_tensor_role,
@@ -29,18 +31,23 @@ from bitfit_hf.tuners.adapterbias.model import (
 )
 from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.tuners.bias.model import BitFitState, apply_bitfit
+from bitfit_hf.tuners.bitfit import recipe as bitfit_recipe
 from bitfit_hf.tuners.bitfit_ia3 import layer as ia3_layer
+from bitfit_hf.tuners.bitfit_ia3 import recipe as ia3_recipe
 from bitfit_hf.tuners.bitfit_ia3.config import IA3, BitFitIA3Config, IA3Config
 from bitfit_hf.tuners.bitfit_ia3.layer import is_ia3_tensor
 from bitfit_hf.tuners.bitfit_ia3.model import apply_bitfit_ia3
 from bitfit_hf.tuners.bitfit_ia3.model import bank_attach as ia3_bank_attach
 from bitfit_hf.tuners.bitfit_ia3.model import peft_model as ia3_peft_model
 from bitfit_hf.tuners.bitfit_lora import layer as lora_bank
+from bitfit_hf.tuners.bitfit_lora import recipe as lora_recipe
 from bitfit_hf.tuners.bitfit_lora.config import LORA, BitFitLoraConfig
 from bitfit_hf.tuners.bitfit_lora.layer import is_lora_tensor
 from bitfit_hf.tuners.bitfit_lora.model import apply_bitfit_lora
 from bitfit_hf.tuners.random_subset import RandRowColConfig, RandUniformConfig, apply_random_subset
+from bitfit_hf.tuners.random_subset import recipe as random_recipe
 from bitfit_hf.tuners.random_subset.model import RANDOM
+from bitfit_hf.tuners.recipe import RecipeMethod
 from bitfit_hf.tuners.state import get_tuner_state  # noqa: F401 - part of the registry's interface
 from bitfit_hf.utils.modes import inserted_modules_follow
 
@@ -108,6 +115,9 @@ class MethodSpec:
     # What a saved adapter holds when it is not a training checkpoint: (method config, tensors) -> (the config it
     # loads with, its tensors). AdapterBias folds its L0 gates into L_alpha here. None: the tensors as trained.
     release: Optional[Callable[[Any, Dict[str, Any]], Tuple[Any, Dict[str, Any]]]] = None
+    # The recipes' --method entries it answers to (``tuners/<method>/recipe.py``): each with its own flags (a dataclass
+    # of HfArgumentParser fields) and how they become its config; (): the recipes do not offer it.
+    recipe: Tuple[RecipeMethod, ...] = ()
 
 
 METHODS: Dict[str, MethodSpec] = {}
@@ -148,6 +158,11 @@ def bias_terms_of(config: Any) -> List[str]:
     """``bias_terms`` of a method config or an adapter config, as a list."""
     terms = getattr(config, "bias_terms", None)
     return [terms] if isinstance(terms, str) else list(terms or [])
+
+
+def recipe_methods() -> Dict[str, RecipeMethod]:
+    """Every ``--method`` of the recipes, in registration order (``MethodSpec.recipe``)."""
+    return {recipe.name: recipe for spec in METHODS.values() for recipe in spec.recipe}
 
 
 def describe_method(config: Any) -> str:
@@ -213,7 +228,7 @@ def _terms(config: Any) -> str:
 
 
 register_method(MethodSpec("bitfit", BitFitConfig, apply_bitfit, "bias terms (all, presets, paper roles or patterns) + head",
-                           peft_export="beft", label=_bitfit_label))
+                           peft_export="beft", label=_bitfit_label, recipe=bitfit_recipe.RECIPE))
 _RANDOM_NOT_BATCHABLE = ("it trains entries of weight matrices, and mixed-task batches route biases and heads only")
 
 
@@ -233,11 +248,11 @@ def _random_describe(config: Any) -> str:
 register_method(MethodSpec("rand_uniform", RandUniformConfig, apply_random_subset,
                            "baseline: as many random weight entries as a bias selection (uniform)",
                            not_batchable=_RANDOM_NOT_BATCHABLE, describe=_random_describe, tensor_role=_random_role,
-                           flags=(("bias_terms", "--match_bias_terms"),)))
+                           flags=(("bias_terms", "--match_bias_terms"),), recipe=(random_recipe.RAND_UNIFORM,)))
 register_method(MethodSpec("rand_row_col", RandRowColConfig, apply_random_subset,
                            "baseline: as many weight entries as a bias selection, in random whole rows/columns",
                            not_batchable=_RANDOM_NOT_BATCHABLE, describe=_random_describe, tensor_role=_random_role,
-                           flags=(("bias_terms", "--match_bias_terms"),)))
+                           flags=(("bias_terms", "--match_bias_terms"),), recipe=(random_recipe.RAND_ROW_COL,)))
 register_method(MethodSpec(
     "adapterbias", AdapterBiasConfig, apply_adapterbias,
     "a token-dependent shift L_alpha(h)*v on each FFN output projection, the FFN and embeddings LayerNorms "
@@ -254,6 +269,7 @@ register_method(MethodSpec(
     describe=_adapterbias_describe,
     penalty=l0_penalty,
     release=release_adapter,
+    recipe=adapterbias_recipe.RECIPE,
     paper="AdapterBias: Parameter-efficient Token-dependent Representation Shift for Adapters in NLP Tasks "
           "(Fu et al., Findings of NAACL 2022): https://aclanthology.org/2022.findings-naacl.199",
     citation="""@inproceedings{fu-etal-2022-adapterbias,
@@ -295,6 +311,7 @@ register_method(MethodSpec(
                   "Use bitfit-hf to load it, or `bitfit-hf merge` for a plain checkpoint"),
     label=lambda config: "lora" if bias_terms_of(config) == ["frozen"] else None,
     describe=_lora_describe,
+    recipe=lora_recipe.RECIPE,
 ))
 
 
@@ -307,7 +324,7 @@ _IA3_CITATION = """@inproceedings{liu2022fewshot,
 }"""
 
 
-def _ia3_spec(name: str, config_class: type, description: str, display_name: str) -> MethodSpec:
+def _ia3_spec(name: str, config_class: type, description: str, display_name: str, recipe: RecipeMethod) -> MethodSpec:
     return MethodSpec(
         name, config_class, apply_bitfit_ia3, description, inserts_modules=True, display_name=display_name,
         paper="Few-Shot Parameter-Efficient Fine-Tuning is Better and Cheaper than In-Context Learning (Liu et al., "
@@ -320,10 +337,12 @@ def _ia3_spec(name: str, config_class: type, description: str, display_name: str
         bank_layers=ia3_layer.bank_layers,
         peft_export=ia3_peft_model,
         describe=lambda config: f"{name} (bias terms {_terms(config)}; {_settings(config) or 'paper targets'})",
+        recipe=(recipe,),
     )
 
 
 register_method(_ia3_spec("ia3", IA3Config, "peft (IA)³ scaling vectors on keys, values and the FFN's inner activation "
-                          "+ head, no bias term", "(IA)³"))
+                          "+ head, no bias term", "(IA)³", ia3_recipe.IA3_RECIPE))
 register_method(_ia3_spec("bitfit_ia3", BitFitIA3Config, "bias terms + head, plus peft (IA)³ scaling vectors on keys, "
-                          "values and the FFN's inner activation", "BitFit + (IA)³"))
+                          "values and the FFN's inner activation", "BitFit + (IA)³",
+                          ia3_recipe.BITFIT_IA3_RECIPE))

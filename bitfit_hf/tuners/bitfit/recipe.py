@@ -1,0 +1,32 @@
+"""The recipes' ``--method bitfit`` and its two presets with a ``--method`` of their own: ``full`` (every parameter,
+the baseline) and ``frozen`` (the task head only). BitFit's flags (``--bias_terms``, ``--bias_patterns``, ...) are
+the ones every method sees (:class:`~bitfit_hf.tuners.recipe.CommonFlags`); it has none of its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bitfit_hf.tuners.bias.config import BitFitConfig
+from bitfit_hf.tuners.bias.recipe import bias_selection
+from bitfit_hf.tuners.recipe import CommonFlags, FlagRefused, RecipeMethod
+
+
+def build_bitfit(common: CommonFlags, own: Any = None) -> BitFitConfig:
+    return BitFitConfig(bias_terms=bias_selection(common), **common.bitfit_fields())
+
+
+def build_full(common: CommonFlags, own: Any = None) -> BitFitConfig:
+    return BitFitConfig(bias_terms="full", **common.bitfit_fields())
+
+
+def build_frozen(common: CommonFlags, own: Any = None) -> BitFitConfig:
+    if not common.train_head:
+        raise FlagRefused("--method frozen --no_train_head trains nothing: frozen means 'train the head only'.")
+    return BitFitConfig(bias_terms="frozen", **common.bitfit_fields())
+
+
+RECIPE = (
+    RecipeMethod("bitfit", build_bitfit, help="bitfit: bias terms + task head", bias_terms=True),
+    RecipeMethod("full", build_full, help="full: every parameter (the baseline)"),
+    RecipeMethod("frozen", build_frozen, help="frozen: the task head only"),
+)

@@ -1,0 +1,51 @@
+"""The recipes' ``--method lora`` (LoRA and the head, no bias: BitFit + LoRA with ``bias_terms`` ``frozen``) and
+``--method bitfit_lora`` (``--bias_terms`` + head + LoRA), with the ``--lora_*`` flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, List, Optional, Union
+
+from bitfit_hf.tuners.bias.recipe import bias_selection
+from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig
+from bitfit_hf.tuners.recipe import CommonFlags, RecipeMethod
+
+
+@dataclass
+class LoraArguments:
+    """LoRA's own flags."""
+
+    flags_name: ClassVar[str] = "--lora_* flags"
+
+    lora_r: int = field(default=8, metadata={"help": "With --method lora / bitfit_lora: the LoRA rank."})
+    lora_alpha: float = field(default=16, metadata={"help": "With --method lora / bitfit_lora: LoRA alpha (scale alpha/r)."})
+    lora_dropout: float = field(default=0.1, metadata={"help": "With --method lora / bitfit_lora: dropout on the LoRA input."})
+    lora_target_modules: Optional[List[str]] = field(
+        default=None,
+        metadata={"help": "With --method lora / bitfit_lora: modules that get LoRA (PEFT's rule: exact names or name "
+                          "suffixes, e.g. `query value`). Default: the query and value projections."},
+    )
+    lora_learning_rate: Optional[float] = field(
+        default=None, metadata={"help": "With --method lora / bitfit_lora: learning rate of the LoRA group (default: --learning_rate)."}
+    )
+
+
+def config(bias_terms: Union[str, List[str]], common: CommonFlags, own: LoraArguments) -> BitFitLoraConfig:
+    return BitFitLoraConfig(bias_terms=bias_terms, **common.bitfit_fields(), lora_r=own.lora_r, lora_alpha=own.lora_alpha,
+                            lora_dropout=own.lora_dropout, lora_target_modules=own.lora_target_modules,
+                            lora_learning_rate=own.lora_learning_rate)
+
+
+def build_lora(common: CommonFlags, own: LoraArguments) -> BitFitLoraConfig:
+    return config("frozen", common, own)
+
+
+def build_bitfit_lora(common: CommonFlags, own: LoraArguments) -> BitFitLoraConfig:
+    return config(bias_selection(common), common, own)
+
+
+RECIPE = (
+    RecipeMethod("lora", build_lora, LoraArguments, help="lora: LoRA (peft) on --lora_target_modules + head"),
+    RecipeMethod("bitfit_lora", build_bitfit_lora, LoraArguments, help="bitfit_lora: bias terms + head + LoRA",
+                 bias_terms=True),
+)
