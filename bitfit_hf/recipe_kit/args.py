@@ -98,8 +98,15 @@ DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file
 
 
 #: The end of ``--method``'s help (each method's own part comes from its folder: ``RecipeMethod.help``).
-METHOD_RATES_HELP = ("The learning rate defaults to 1e-3 (bitfit, frozen, random baselines, bitfit_lora), 2e-5 (full), "
-                     "3e-3 (adapterbias) or 5e-4 (lora) unless --learning_rate is given.")
+def _rates_help(rates: dict) -> str:
+    by_rate: dict = {}
+    for method, rate in rates.items():
+        by_rate.setdefault(rate, []).append(method)
+    parts = [f"{rate:.0e}".replace("e-0", "e-") + f" ({', '.join(methods)})" for rate, methods in sorted(by_rate.items())]
+    return f"The learning rate defaults to {'; '.join(parts)} unless --learning_rate is given."
+
+
+METHOD_RATES_HELP = _rates_help(DEFAULT_LEARNING_RATES)
 
 #: What to train: ``--method``, the flags every method sees (``--bias_terms``, ``--train_head``, the rates) and each
 #: method's own flags (``--lora_r``, ``--share_alpha``, ...); ``bitfit_config()`` is the method's config.

@@ -45,5 +45,6 @@ def build_bitfit_ia3(common: CommonFlags, own: IA3Arguments) -> BitFitIA3Config:
     return BitFitIA3Config(bias_terms=bias_selection(common), **common.bitfit_fields(), **own_fields(own))
 
 
-IA3_RECIPE = RecipeMethod("ia3", build_ia3, IA3Arguments)
-BITFIT_IA3_RECIPE = RecipeMethod("bitfit_ia3", build_bitfit_ia3, IA3Arguments, bias_terms=True)
+IA3_RECIPE = RecipeMethod("ia3", build_ia3, IA3Arguments, help="ia3: (IA)³ scaling vectors (peft) + head")
+BITFIT_IA3_RECIPE = RecipeMethod("bitfit_ia3", build_bitfit_ia3, IA3Arguments, bias_terms=True,
+                                 help="bitfit_ia3: bias terms + head + (IA)³ vectors")
