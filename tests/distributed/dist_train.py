@@ -234,6 +234,9 @@ def main(argv=None) -> int:
         json.dump(report, handle, indent=1)
     if dist.is_initialized():
         dist.barrier()
+        # An undestroyed process group (DeepSpeed's shared-memory comm op among its threads) can abort the
+        # interpreter at exit ("terminate called without an active exception") after a correct run.
+        dist.destroy_process_group()
     return 0
 
 
