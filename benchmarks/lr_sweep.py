@@ -165,6 +165,24 @@ def run_cells(cells, one, jobs: int) -> None:
                 raise future.exception()
 
 
+def default_paths(args, name: str) -> None:
+    """Fill ``args.results`` / ``args.markdown`` when not given: ``results/NAME.jsonl`` and its ``.md``, or for a
+    ``--quick`` smoke run a file in the temporary directory (never the committed measurements)."""
+    if args.results is None:
+        folder = tempfile.gettempdir() if args.quick else os.path.join(HERE, "results")
+        args.results = os.path.join(folder, name + ("_quick" if args.quick else "") + ".jsonl")
+    if args.markdown is None:
+        args.markdown = os.path.splitext(args.results)[0] + ".md"
+
+
+def write_table(path: str, table: str) -> None:
+    """Write the markdown table atomically (a reader never sees half of it)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write(table)
+    os.replace(path + ".tmp", path)
+
+
 def machine_line() -> str:
     import torch
     import transformers
@@ -188,11 +206,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--report", action="store_true", help="only rewrite the markdown table from the results")
     parser.add_argument("--quick", action="store_true", help="smoke run: one tiny cell per method, results elsewhere")
     args = parser.parse_args(argv)
-    if args.results is None:  # a smoke run never appends to the committed measurements
-        folder = tempfile.gettempdir() if args.quick else os.path.join(HERE, "results")
-        args.results = os.path.join(folder, "lr_sweep" + ("_quick" if args.quick else "") + ".jsonl")
-    if args.markdown is None:
-        args.markdown = os.path.splitext(args.results)[0] + ".md"
+    default_paths(args, "lr_sweep")
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in GRID]
@@ -227,11 +241,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                  if cell_key(method, rate, seed) not in done]
         run_cells(later, one, args.jobs)
     table = markdown(done, machine_line())
-    if args.markdown:
-        os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
-        with open(args.markdown + ".tmp", "w", encoding="utf-8") as handle:
-            handle.write(table)
-        os.replace(args.markdown + ".tmp", args.markdown)
+    write_table(args.markdown, table)
     print(table)
     return 0
 

@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from typing import Dict, List, Optional
 
-from lr_sweep import GRID, append_result, machine_line, method_flags, run_cells
+from lr_sweep import GRID, append_result, default_paths, machine_line, method_flags, run_cells, write_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "glue.py")
@@ -110,11 +110,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--report", action="store_true", help="only rewrite the markdown table from the results")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny budget (not a measurement)")
     args = parser.parse_args(argv)
-    if args.results is None:  # a smoke run never appends to the committed measurements
-        folder = tempfile.gettempdir() if args.quick else os.path.join(HERE, "results")
-        args.results = os.path.join(folder, "method_defaults" + ("_quick" if args.quick else "") + ".jsonl")
-    if args.markdown is None:
-        args.markdown = os.path.splitext(args.results)[0] + ".md"
+    default_paths(args, "method_defaults")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -136,11 +132,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         run_cells([m for m in methods if m not in rows], one, args.jobs)
     majority = None if args.quick else majority_share(validation_labels())
     table = markdown(rows, majority, machine_line())
-    if args.markdown:
-        os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
-        with open(args.markdown + ".tmp", "w", encoding="utf-8") as handle:
-            handle.write(table)
-        os.replace(args.markdown + ".tmp", args.markdown)
+    write_table(args.markdown, table)
     print(table)
     return 0
 
