@@ -163,6 +163,10 @@ def test_saved_adapter_folds_the_gates_and_reloads_to_the_eval_logits(tmp_path):
     summary = json.loads((out / SUMMARY_NAME).read_text())
     assert summary["notes"]["l0"]["expected_active"] == folded["expected_active"]
     assert summary["notes"]["l0"]["active"] == folded["active"]
+    # the gates train but are folded away: the summary says what the adapter stores, matching its tensors
+    stored = sum(t.numel() for t in adapter.tensors.values())
+    assert summary["trainable_params"] == stored + folded["gated"]
+    assert summary["notes"]["l0"]["stored_params"] == stored
     line = describe_method(adapter.config)
     assert f"{folded['active']} of {LAYERS * D_FF} L_alpha input weights kept, expected_active={folded['expected_active']}" in line
     assert line.startswith("adapterbias (alpha_init_seed=0, norm_roles=")

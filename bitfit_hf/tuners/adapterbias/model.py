@@ -208,7 +208,8 @@ def apply_adapterbias(model: nn.Module, config: Optional[AdapterBiasConfig] = No
 
 class AdapterBiasState(TunerState):
     """:class:`TunerState` plus the L0 gates of an ``l0_lambda`` run (none otherwise): the summary states how many
-    of ``L_alpha``'s input weights they keep."""
+    of ``L_alpha``'s input weights they keep, and how many values the released adapter stores (the gates train
+    but are folded into ``L_alpha`` at save, so they count as trained, not as stored)."""
 
     gates: Tuple[l0.HardConcreteGate, ...] = ()
 
@@ -216,7 +217,9 @@ class AdapterBiasState(TunerState):
     def summary(self):
         summary = super().summary
         if self.gates:
-            summary.notes["l0"] = {"l0_lambda": self.config.l0_lambda, **l0.gate_counts(self.gates)}
+            counts = l0.gate_counts(self.gates)
+            summary.notes["l0"] = {"l0_lambda": self.config.l0_lambda, **counts,
+                                   "stored_params": summary.trainable_params - counts["gated"]}
         return summary
 
 
