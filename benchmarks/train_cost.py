@@ -64,7 +64,7 @@ from report import footer, load_average, machine_info, write_outputs  # noqa: E4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-METHODS = ["full", "bitfit-all", "bitfit-paper", "frozen", "lora", "beft", "bitfit-lora"]
+METHODS = ["full", "bitfit-all", "bitfit-paper", "frozen", "lora", "beft", "bitfit-lora", "ia3", "bitfit-ia3"]
 PLAIN_METHODS = ["plain-full", "plain-bitfit-all"]
 LABELS = {
     "full": "full fine-tuning (Trainer)",
@@ -74,6 +74,8 @@ LABELS = {
     "lora": "PEFT LoRA r=8 q,v bias=none (Trainer)",
     "beft": "PEFT BEFT, value bias (Trainer)",
     "bitfit-lora": "BitFit `all` + LoRA r=8 q,v (BitFitTrainer)",
+    "ia3": "(IA)³ on keys, values, FFN inner activation (BitFitTrainer, `--method ia3`)",
+    "bitfit-ia3": "BitFit `all` + (IA)³ (BitFitTrainer, `--method bitfit_ia3`)",
     "bitfit-all-fused": "BitFit `all`, AdamW(fused=True) forced",
     "bitfit-all-foreach": "BitFit `all`, AdamW(foreach=True) forced",
     "plain-full": "full fine-tuning, hand loop",
@@ -262,6 +264,12 @@ def build_run(model_name: str, method: str, batch: int, seq: int, steps: int, ou
         trainer = BitFitTrainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks),
                                 bitfit_config=BitFitLoraConfig(bias_terms="all", lora_r=8, lora_alpha=16,
                                                                lora_dropout=0.1), frozen_dtype=frozen_dtype)
+    elif method in ("ia3", "bitfit-ia3"):  # the recipes' --method ia3 / bitfit_ia3 (peft's IA3 layers inside)
+        from bitfit_hf.tuners.bitfit_ia3 import BitFitIA3Config, IA3Config
+
+        config = IA3Config() if method == "ia3" else BitFitIA3Config(bias_terms="all")
+        trainer = BitFitTrainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks),
+                                bitfit_config=config, frozen_dtype=frozen_dtype)
     elif method in ("bitfit-all-fused", "bitfit-all-foreach"):  # diagnostics: the optimizer implementation
         import torch
 

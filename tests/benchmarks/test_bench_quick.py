@@ -28,7 +28,7 @@ def test_train_cost_quick(tmp_path):
     assert set(result["models"]) == {"tiny", "minilm"}
     for model, res in result["models"].items():
         rows = res["rows"]
-        assert {"full", "bitfit-all", "bitfit-paper", "frozen", "lora", "bitfit-lora"} <= set(rows)
+        assert {"full", "bitfit-all", "bitfit-paper", "frozen", "lora", "bitfit-lora", "ia3", "bitfit-ia3"} <= set(rows)
         full = rows["full"]
         assert full["trainable_params"] == full["total_params"]
         for method, row in rows.items():
@@ -46,6 +46,10 @@ def test_train_cost_quick(tmp_path):
         # BitFit + LoRA trains exactly BitFit `all` plus the LoRA row's matrices (same head in both)
         lora_matrices = rows["lora"]["trainable_params"] - rows["frozen"]["trainable_params"]
         assert rows["bitfit-lora"]["trainable_params"] == rows["bitfit-all"]["trainable_params"] + lora_matrices
+        # likewise BitFit + (IA)³ is BitFit `all` plus the (IA)³ row's vectors, and the vectors are few
+        vectors = rows["ia3"]["trainable_params"] - rows["frozen"]["trainable_params"]
+        assert 0 < vectors < rows["bitfit-all"]["trainable_params"]
+        assert rows["bitfit-ia3"]["trainable_params"] == rows["bitfit-all"]["trainable_params"] + vectors
         assert rows["bitfit-all"]["optim"] == "adamw_torch_fused"  # the Trainer default...
         assert rows["bitfit-all"]["optimizer_impl"] == "foreach"  # ...which BitFitTrainer runs as foreach on CPU
         assert rows["full"]["optimizer_impl"] == "fused"
