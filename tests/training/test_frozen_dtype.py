@@ -17,6 +17,11 @@ from bitfit_hf.tuners.bitfit_ia3.config import BitFitIA3Config
 from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
 from bitfit_hf.utils.fingerprint import base_fingerprint
 
+try:
+    from tests.support.tiny_training import RandomLabelTokens, quiet_cpu_training_args, tiny_bert_classifier
+except ImportError:  # tests/ (not the repo root) is on sys.path
+    from support.tiny_training import RandomLabelTokens, quiet_cpu_training_args, tiny_bert_classifier  # type: ignore[no-redef]
+
 CONFIGS = {
     "bitfit": lambda: BitFitConfig("all"),
     "bitfit_lora": lambda: BitFitLoraConfig(bias_terms="all"),
@@ -32,32 +37,8 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def _model(seed: int = 0):
-    torch.manual_seed(seed)
-    cfg = T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                       vocab_size=100, num_labels=2)
-    return T.BertForSequenceClassification(cfg)
-
-
-class _Data(torch.utils.data.Dataset):
-    def __init__(self, n=16):
-        g = torch.Generator().manual_seed(0)
-        self.ids = torch.randint(5, 100, (n, 12), generator=g)
-        self.labels = torch.randint(0, 2, (n,), generator=g)
-
-    def __len__(self):
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.ids[i], "labels": self.labels[i]}
-
-
 def _args(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=3, learning_rate=1e-2,
-                report_to=[], use_cpu=True, bf16=True, save_strategy="no", logging_strategy="no", disable_tqdm=True,
-                seed=0)
-    base.update(kw)
-    return T.TrainingArguments(**base)
+    return quiet_cpu_training_args(tmp_path, **{"per_device_train_batch_size": 4, "learning_rate": 1e-2, "bf16": True, **kw})
 
 
 def _inputs():
@@ -71,14 +52,14 @@ def _digests(model):
 
 
 def _train(tmp_path, method, frozen_dtype, **kw):
-    model = _model()
-    trainer = BitFitTrainer(model, _args(tmp_path, **kw), train_dataset=_Data(), bitfit_config=CONFIGS[method](),
+    model = tiny_bert_classifier()
+    trainer = BitFitTrainer(model, _args(tmp_path, **kw), train_dataset=RandomLabelTokens(), bitfit_config=CONFIGS[method](),
                             frozen_dtype=frozen_dtype)
     return model, trainer
 
 
 def test_only_frozen_linear_weights_are_cast():
-    model = _model()
+    model = tiny_bert_classifier()
     apply_bitfit(model, BitFitConfig("all"))
     count = cast_frozen_weights(model, "bfloat16")
     dtypes = {n: p.dtype for n, p in model.named_parameters()}
@@ -138,7 +119,7 @@ def test_adapter_reloads_exactly(tmp_path):
     assert adapter.tensors and all(t.dtype == torch.float32 for t in adapter.tensors.values())
     assert adapter.config.metadata["frozen_dtype"] == "bfloat16" and adapter.config.dtype == "float32"
 
-    stock = adapter.apply_to(_model()).eval()  # a stock float32 base: fingerprint accepted
+    stock = adapter.apply_to(tiny_bert_classifier()).eval()  # a stock float32 base: fingerprint accepted
     with torch.no_grad():
         with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast makes the casts the training stored
             assert torch.equal(stock(**_inputs()).logits.float(), trained)
@@ -156,13 +137,14 @@ def test_fingerprint_is_the_same_in_either_dtype(tmp_path):
     state = trainer.bitfit_state
     names = set(state.selection.parameter_names)
     cast = base_fingerprint(model, exclude=names, head_modules=state.selection.head_modules)
-    assert cast == state.fingerprint == base_fingerprint(_model(), exclude=names, head_modules=state.selection.head_modules)
+    assert cast == state.fingerprint == base_fingerprint(tiny_bert_classifier(), exclude=names,
+                                                         head_modules=state.selection.head_modules)
     trainer.save_model(str(tmp_path / "adapter"))
     BitFitAdapter.from_pretrained(str(tmp_path / "adapter")).apply_to(model)  # onto the bf16 model itself: accepted
 
 
 def test_plain_forward_runs_under_autocast_and_a_copy_keeps_its_own_weights():
-    model = _model().eval()
+    model = tiny_bert_classifier().eval()
     apply_bitfit(model, BitFitConfig("all"))
     reference = copy.deepcopy(model)
     cast_frozen_weights(model, "bfloat16")

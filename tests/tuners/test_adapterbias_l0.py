@@ -10,9 +10,7 @@ import math
 
 import pytest
 import torch
-import transformers as T
 from conftest import batch, tiny_model
-from datasets import Dataset
 
 from bitfit_hf import BitFitAdapter, BitFitTrainer, load_adapter, save_adapter
 from bitfit_hf.recipe_kit.args import BitFitArguments
@@ -23,27 +21,18 @@ from bitfit_hf.tuners.adapterbias.config import GATE
 from bitfit_hf.tuners.adapterbias.l0 import BETA, GAMMA, ZETA, HardConcreteGate, gates_of
 from bitfit_hf.utils.constants import SUMMARY_NAME
 
+try:
+    from tests.support.tiny_training import parity_dataset, quiet_cpu_training_args
+except ImportError:  # tests/ (not the repo root) is on sys.path
+    from support.tiny_training import parity_dataset, quiet_cpu_training_args  # type: ignore[no-redef]
+
 D_FF, LAYERS = 64, 2  # the tiny BERT's FFN width and depth
-
-
-def _dataset(vocab, n=32, length=12):
-    g = torch.Generator().manual_seed(5)
-    ids = torch.randint(3, vocab, (n, length), generator=g)
-    return Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": [[1] * length] * n,
-                              "labels": (ids[:, 1] % 2).tolist()})
-
-
-def _args(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, max_steps=3, learning_rate=2e-2,
-                report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0)
-    base.update(kw)
-    return T.TrainingArguments(**base)
 
 
 def _train(tmp_path, config, **kw):
     model = tiny_model("bert", num_labels=2)
-    trainer = BitFitTrainer(model, _args(tmp_path, **kw), train_dataset=_dataset(model.config.vocab_size),
-                            bitfit_config=config)
+    trainer = BitFitTrainer(model, quiet_cpu_training_args(tmp_path, **kw),
+                            train_dataset=parity_dataset(model.config.vocab_size, n=32), bitfit_config=config)
     trainer.train()
     model.eval()
     return model, trainer
@@ -64,7 +53,8 @@ def test_gates_sit_on_l_alpha_inputs_and_only_the_methods_tensors_move(tmp_path)
     with torch.no_grad():  # v = 0 and every gate starts open: the stock outputs
         assert torch.equal(model(**inputs).logits, stock)
 
-    trainer = BitFitTrainer(model, _args(tmp_path), train_dataset=_dataset(model.config.vocab_size), bitfit_config=config)
+    trainer = BitFitTrainer(model, quiet_cpu_training_args(tmp_path), train_dataset=parity_dataset(model.config.vocab_size, n=32),
+                            bitfit_config=config)
     assert any(abs(g["lr"] - 0.1) < 1e-12 for g in trainer.create_optimizer().param_groups)  # the gates' own rate
     trainer.train()
     after = dict(model.named_parameters())
@@ -99,7 +89,8 @@ def test_gate_follows_the_hard_concrete_distribution():
 def test_the_penalty_reaches_the_trainers_loss(tmp_path):
     model = tiny_model("bert", num_labels=2)
     config = AdapterBiasConfig(l0_lambda=0.5)
-    trainer = BitFitTrainer(model, _args(tmp_path), train_dataset=_dataset(model.config.vocab_size), bitfit_config=config)
+    trainer = BitFitTrainer(model, quiet_cpu_training_args(tmp_path), train_dataset=parity_dataset(model.config.vocab_size, n=32),
+                            bitfit_config=config)
     inputs = {**batch(), "labels": torch.tensor([0, 1, 1, 0])}
     model.train()
     torch.manual_seed(3)
@@ -204,8 +195,8 @@ def test_checkpoint_resumes_exactly(tmp_path):
     _train(tmp_path / "first", config, max_steps=4, save_strategy="steps", save_steps=2,
            output_dir=str(tmp_path / "resume"))
     model = tiny_model("bert", num_labels=2)
-    trainer = BitFitTrainer(model, _args(tmp_path, max_steps=4, output_dir=str(tmp_path / "resume")),
-                            train_dataset=_dataset(model.config.vocab_size), bitfit_config=config)
+    trainer = BitFitTrainer(model, quiet_cpu_training_args(tmp_path, max_steps=4, output_dir=str(tmp_path / "resume")),
+                            train_dataset=parity_dataset(model.config.vocab_size, n=32), bitfit_config=config)
     trainer.train(resume_from_checkpoint=str(tmp_path / "resume" / "checkpoint-2"))
     ours, theirs = dict(model.named_parameters()), dict(full.named_parameters())
     assert all(torch.equal(ours[n], theirs[n]) for n in theirs)
