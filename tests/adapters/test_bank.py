@@ -12,6 +12,11 @@ from conftest import batch, tiny_model
 from bitfit_hf import AdapterBank, AutoBitFitModel, BitFitAdapter, BitFitConfig, apply_bitfit, load_adapter
 from bitfit_hf.adapters.config import AdapterError, BaseModelMismatchError
 
+try:
+    from tests.support.perturbed_adapters import perturb_trainable
+except ImportError:  # tests/ (not the repo root) is on sys.path
+    from support.perturbed_adapters import perturb_trainable  # type: ignore[no-redef]
+
 
 def perturbed_adapter(base, config: BitFitConfig, seed: int, num_labels=None, labels=None) -> BitFitAdapter:
     """An adapter of ``config`` trained (here: randomly moved) on ``base``'s frozen weights."""
@@ -29,11 +34,7 @@ def perturbed_adapter(base, config: BitFitConfig, seed: int, num_labels=None, la
         body = base.base_model_prefix
         getattr(model, body).load_state_dict(getattr(base, body).state_dict())
     apply_bitfit(model, config)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.requires_grad:
-                param.add_(0.3 * torch.randn(param.shape, generator=g))
+    perturb_trainable(model, seed, scale=0.3)
     return BitFitAdapter.from_model(model)
 
 

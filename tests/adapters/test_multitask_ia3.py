@@ -8,25 +8,22 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from bitfit_hf import AdapterBank, BitFitAdapter, BitFitConfig
+from bitfit_hf import AdapterBank, BitFitConfig
 from bitfit_hf.adapters.multitask import MultiTaskModel
-from bitfit_hf.tuners import apply_method
 from bitfit_hf.tuners.bitfit_ia3 import BitFitIA3Config, IA3Config
 from bitfit_hf.tuners.bitfit_ia3.layer import ia3_layers
+
+try:
+    from tests.support.perturbed_adapters import perturbed_method_adapter
+except ImportError:  # tests/ (not the repo root) is on sys.path
+    from support.perturbed_adapters import perturbed_method_adapter  # type: ignore[no-redef]
 
 ATOL = 1e-5
 
 
 def _adapter(config, seed, num_labels=2, arch="bert"):
     """An adapter of ``config`` with its tensors perturbed (stands in for training) on the shared tiny base."""
-    model = tiny_model(arch, num_labels=num_labels)
-    apply_method(model, config)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.requires_grad:
-                param.add_(0.3 * torch.randn(param.shape, generator=g))
-    return BitFitAdapter.from_model(model)
+    return perturbed_method_adapter(tiny_model(arch, num_labels=num_labels), config, seed, scale=0.3)
 
 
 def _inputs(n=10, length=9, seed=4):

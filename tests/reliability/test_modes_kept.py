@@ -14,6 +14,11 @@ from bitfit_hf.tuners import apply_method
 from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
 from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
 
+try:
+    from tests.support.perturbed_adapters import perturbed_method_adapter
+except ImportError:  # tests/ (not the repo root) is on sys.path
+    from support.perturbed_adapters import perturbed_method_adapter  # type: ignore[no-redef]
+
 DROPOUT = 0.1
 
 CONFIGS = {
@@ -25,14 +30,7 @@ CONFIGS = {
 
 def trained_adapter(config, seed: int = 1) -> BitFitAdapter:
     """An adapter of ``config`` with every trained tensor moved (LoRA's B off zero: dropout would show)."""
-    model = tiny_model("bert", num_labels=2)
-    apply_method(model, config)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.requires_grad:
-                param.add_(0.3 * torch.randn(param.shape, generator=g))
-    return BitFitAdapter.from_model(model)
+    return perturbed_method_adapter(tiny_model("bert", num_labels=2), config, seed, scale=0.3)
 
 
 def modes_differing(model) -> list:

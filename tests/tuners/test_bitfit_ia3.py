@@ -10,27 +10,17 @@ import pytest
 import torch
 import transformers as T
 from conftest import batch, tiny_model
-from datasets import Dataset
 
-from bitfit_hf import AdapterBank, AutoBitFitModel, BitFitAdapter, BitFitConfig, BitFitTrainer, export_merged
+from bitfit_hf import BitFitConfig, BitFitTrainer
 from bitfit_hf.tuners import METHODS, apply_method
 from bitfit_hf.tuners.bitfit_ia3 import IA3, BitFitIA3Config, BitFitIA3State, IA3Config
 
+try:
+    from tests.support import adapter_roundtrip, perturbed_adapters, tiny_training
+except ImportError:  # tests/ (not the repo root) is on sys.path
+    from support import adapter_roundtrip, perturbed_adapters, tiny_training  # type: ignore[no-redef]
+
 MERGE_ATOL = 1e-5  # x (W * l) rounds differently from (x W) * l
-
-
-def _dataset(vocab, n=16, length=12):
-    g = torch.Generator().manual_seed(5)
-    ids = torch.randint(3, vocab, (n, length), generator=g)
-    return Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": [[1] * length] * n,
-                              "labels": (ids[:, 1] % 2).tolist()})
-
-
-def _args(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, max_steps=3, learning_rate=2e-2,
-                report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0)
-    base.update(kw)
-    return T.TrainingArguments(**base)
 
 
 @pytest.mark.parametrize("config_class", [IA3Config, BitFitIA3Config], ids=["ia3", "bitfit_ia3"])
@@ -50,7 +40,8 @@ def test_only_the_methods_tensors_move_and_the_adapter_reloads_exactly(arch, con
     assert IA3 in roles and "head" in roles
     assert (len(roles) > 2) == (config_class is BitFitIA3Config)  # ia3 trains no bias
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    trainer = BitFitTrainer(model, _args(tmp_path), train_dataset=_dataset(model.config.vocab_size), bitfit_config=config)
+    trainer = BitFitTrainer(model, tiny_training.quiet_cpu_training_args(tmp_path),
+                            train_dataset=tiny_training.parity_dataset(model.config.vocab_size), bitfit_config=config)
     trainer.train()
     model.eval()
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
@@ -68,16 +59,8 @@ def test_only_the_methods_tensors_move_and_the_adapter_reloads_exactly(arch, con
     summary = json.loads((tmp_path / "adapter" / "trainable_summary.json").read_text())
     assert summary["per_role"][IA3] > 0
 
-    loaded = AutoBitFitModel.from_pretrained(str(tmp_path / "adapter"), base_model=str(base_dir)).eval()
-    with torch.no_grad():
-        assert torch.equal(loaded(**inputs).logits, trained)  # exactly
-
-    export_merged(loaded, str(tmp_path / "merged"))
-    plain = T.AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
-    assert not any("ia3" in n for n, _ in plain.named_parameters())
-    with torch.no_grad():
-        diff = (plain(**inputs).logits - trained).abs().max().item()
-    assert diff <= MERGE_ATOL, diff
+    adapter_roundtrip.assert_reloads_exactly_and_merges(tmp_path / "adapter", base_dir, tmp_path / "merged", inputs, trained,
+                                                        method_marker="ia3", merge_atol=MERGE_ATOL)
 
 
 def test_ia3_leaves_outputs_unchanged_until_trained():
@@ -91,32 +74,16 @@ def test_ia3_leaves_outputs_unchanged_until_trained():
 
 def _perturbed_adapter(config, seed):
     model = tiny_model("bert", num_labels=2 + seed % 2)
-    apply_method(model, config)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.requires_grad:
-                param.add_(0.2 * torch.randn(param.shape, generator=g))
-        logits = model(**batch()).logits
-    return BitFitAdapter.from_model(model), logits
+    return perturbed_adapters.perturbed_adapter_and_logits(model, config, seed, batch(), scale=0.2)
 
 
 def test_adapter_bank_switches_ia3_tasks_bias_tasks_and_the_base_exactly():
-    ia3, ia3_logits = _perturbed_adapter(IA3Config(), 1)
-    bias_only, bias_logits = _perturbed_adapter(BitFitConfig(), 2)
-    both, both_logits = _perturbed_adapter(BitFitIA3Config(ia3_target_modules=["value"]), 3)
-    base = tiny_model("bert", num_labels=2)
-    with torch.no_grad():
-        base_logits = base(**batch()).logits
-    bank = AdapterBank(base)
-    bank.add("bias", bias_only)
-    bank.add("ia3", ia3)
-    bank.add("both", both)
-    expected = {"ia3": ia3_logits, "bias": bias_logits, "both": both_logits, None: base_logits}
-    with torch.no_grad():
-        for name in ["ia3", "bias", "both", "ia3", None, "both", "bias"]:
-            bank.activate(name) if name else bank.restore_base()
-            assert torch.equal(base(**batch()).logits, expected[name]), name
+    ia3 = _perturbed_adapter(IA3Config(), 1)
+    bias_only = _perturbed_adapter(BitFitConfig(), 2)
+    both = _perturbed_adapter(BitFitIA3Config(ia3_target_modules=["value"]), 3)
+    tasks = {"bias": bias_only, "ia3": ia3, "both": both}  # added to the bank in this order
+    perturbed_adapters.assert_bank_switches_exactly(tiny_model("bert", num_labels=2), tasks,
+                                                    ["ia3", "bias", "both", "ia3", None, "both", "bias"], batch())
 
 
 def test_multitask_serves_ia3_tasks_in_mixed_batches():

@@ -11,10 +11,15 @@ import transformers as T
 from conftest import batch, tiny_model
 from datasets import Dataset
 
-from bitfit_hf import AdapterBank, AutoBitFitModel, BitFitAdapter, BitFitConfig, BitFitTrainer, export_merged
+from bitfit_hf import AutoBitFitModel, BitFitAdapter, BitFitConfig, BitFitTrainer
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.tuners import apply_method
 from bitfit_hf.tuners.bitfit_lora import LORA, BitFitLoraConfig, BitFitLoraState
+
+try:
+    from tests.support import adapter_roundtrip, perturbed_adapters, tiny_training
+except ImportError:  # tests/ (not the repo root) is on sys.path
+    from support import adapter_roundtrip, perturbed_adapters, tiny_training  # type: ignore[no-redef]
 
 MERGE_ATOL = 1e-5  # W + BA folded into one matrix rounds differently from x W + (x A) B; measured <= 5e-7
 
@@ -26,26 +31,13 @@ ARCH_CONFIGS = {
 }
 
 
-def _dataset(vocab, n=16, length=12):
-    g = torch.Generator().manual_seed(5)
-    ids = torch.randint(3, vocab, (n, length), generator=g)
-    labels = (ids[:, 1] % 2).tolist()
-    return Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": [[1] * length] * n, "labels": labels})
-
-
-def _args(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, max_steps=3, learning_rate=2e-2,
-                report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0)
-    base.update(kw)
-    return T.TrainingArguments(**base)
-
-
 def _snapshot(model):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
 def _train(model, tmp_path, config, vocab, **kw):
-    trainer = BitFitTrainer(model, _args(tmp_path, **kw), train_dataset=_dataset(vocab), bitfit_config=config)
+    trainer = BitFitTrainer(model, tiny_training.quiet_cpu_training_args(tmp_path, **kw),
+                            train_dataset=tiny_training.parity_dataset(vocab), bitfit_config=config)
     trainer.train()
     model.eval()
     return trainer
@@ -87,16 +79,8 @@ def test_tiny_models_move_exactly_lora_biases_and_head_and_reload_exactly(arch, 
     assert {"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.1}.items() <= saved["method_config"].items()
     assert any(".lora_A." in n for n in saved["adapter_parameters"])
 
-    loaded = AutoBitFitModel.from_pretrained(str(tmp_path / "adapter"), base_model=str(base_dir)).eval()
-    with torch.no_grad():
-        assert torch.equal(loaded(**inputs).logits, trained)  # exactly
-
-    export_merged(loaded, str(tmp_path / "merged"))
-    plain = T.AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
-    assert not any("lora" in n for n, _ in plain.named_parameters())
-    with torch.no_grad():
-        diff = (plain(**inputs).logits - trained).abs().max().item()
-    assert diff <= MERGE_ATOL, diff
+    adapter_roundtrip.assert_reloads_exactly_and_merges(tmp_path / "adapter", base_dir, tmp_path / "merged", inputs, trained,
+                                                        method_marker="lora", merge_atol=MERGE_ATOL)
 
 
 def test_real_minilm_moves_exactly_lora_biases_and_head(minilm_dir, tmp_path):
@@ -110,8 +94,8 @@ def test_real_minilm_moves_exactly_lora_biases_and_head(minilm_dir, tmp_path):
     state = apply_method(model, config)
     assert len(state.lora_modules) == 12  # 6 layers x (query, value)
     before = _snapshot(model)
-    trainer = BitFitTrainer(model, _args(tmp_path, max_steps=2, learning_rate=1e-2), train_dataset=data,
-                            bitfit_config=config)
+    trainer = BitFitTrainer(model, tiny_training.quiet_cpu_training_args(tmp_path, max_steps=2, learning_rate=1e-2),
+                            train_dataset=data, bitfit_config=config)
     trainer.train()
     model.eval()
     _check_only_selection_moved(model, before, state)
@@ -179,33 +163,17 @@ def test_config_checks():
 
 def _perturbed_adapter(config, seed):
     model = tiny_model("bert", num_labels=2 + seed % 2)
-    apply_method(model, config)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.requires_grad:
-                param.add_(0.2 * torch.randn(param.shape, generator=g))
-        logits = model(**batch()).logits
-    return BitFitAdapter.from_model(model), logits
+    return perturbed_adapters.perturbed_adapter_and_logits(model, config, seed, batch(), scale=0.2)
 
 
 def test_adapter_bank_switches_lora_tasks_bias_tasks_and_the_base_exactly():
-    lora_qv, lora_qv_logits = _perturbed_adapter(BitFitLoraConfig(lora_r=4, lora_dropout=0.0), 1)
-    bias_only, bias_logits = _perturbed_adapter(BitFitConfig(), 2)
-    lora_k, lora_k_logits = _perturbed_adapter(
+    lora_qv = _perturbed_adapter(BitFitLoraConfig(lora_r=4, lora_dropout=0.0), 1)
+    bias_only = _perturbed_adapter(BitFitConfig(), 2)
+    lora_k = _perturbed_adapter(
         BitFitLoraConfig(lora_r=2, lora_alpha=4, lora_target_modules=["key"], lora_dropout=0.0, bias_terms="b_k"), 3)
-    base = tiny_model("bert", num_labels=2)
-    with torch.no_grad():
-        base_logits = base(**batch()).logits
-    bank = AdapterBank(base)
-    bank.add("bias", bias_only)
-    bank.add("qv", lora_qv)
-    bank.add("k", lora_k)
-    expected = {"qv": lora_qv_logits, "bias": bias_logits, "k": lora_k_logits, None: base_logits}
-    with torch.no_grad():
-        for name in ["qv", "bias", "k", "qv", None, "k", "bias"]:
-            bank.activate(name) if name else bank.restore_base()
-            assert torch.equal(base(**batch()).logits, expected[name]), name
+    tasks = {"bias": bias_only, "qv": lora_qv, "k": lora_k}  # added to the bank in this order
+    perturbed_adapters.assert_bank_switches_exactly(tiny_model("bert", num_labels=2), tasks,
+                                                    ["qv", "bias", "k", "qv", None, "k", "bias"], batch())
 
 
 def test_multitask_refuses_lora_tasks_clearly():
@@ -225,8 +193,9 @@ def test_resume_from_a_checkpoint_continues_exactly(tmp_path):
 
     def run(out, resume=None):
         model = tiny_model("bert").train()
-        trainer = BitFitTrainer(model, _args(tmp_path, output_dir=str(out), max_steps=4, save_strategy="steps",
-                                             save_steps=2), train_dataset=_dataset(model.config.vocab_size, n=32),
+        args = tiny_training.quiet_cpu_training_args(tmp_path, output_dir=str(out), max_steps=4, save_strategy="steps",
+                                                     save_steps=2)
+        trainer = BitFitTrainer(model, args, train_dataset=tiny_training.parity_dataset(model.config.vocab_size, n=32),
                                 bitfit_config=BitFitLoraConfig(lora_r=4, lora_learning_rate=5e-3))
         trainer.train(resume_from_checkpoint=resume)
         return model
