@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
-import time
 
 import pytest
 from serve_support import adapters, call, predict  # noqa: F401 - fixtures
@@ -14,8 +12,10 @@ from tiny import alone, reference_scores, tiny_tokenizer
 
 try:
     from tests.support.hub_server import client_env, hf_home, hub_server, hub_server_factory, run_client  # noqa: F401
+    from tests.support.serve_process import wait_for_listening_url
 except ImportError:  # tests/ (not the repo root) on sys.path
     from support.hub_server import client_env, hf_home, hub_server, hub_server_factory, run_client  # type: ignore[no-redef]  # noqa: F401
+    from support.serve_process import wait_for_listening_url  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.hub
 
@@ -39,14 +39,7 @@ def test_serves_hub_adapters_at_their_revisions(adapters, hub_server, hf_home): 
            "--base-model", adapters["base"], "--port", "0"]
     proc = subprocess.Popen(exe, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        url = None
-        until = time.monotonic() + 300
-        while url is None and time.monotonic() < until:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            found = re.search(r"listening on (http://\S+)", line)
-            url = found.group(1) if found else None
+        url, _ = wait_for_listening_url(proc, timeout=300)
         assert url, proc.stderr.read()[-3000:] if proc.poll() is not None else "no address"
         tok = tiny_tokenizer()
         for name, folder in (("first", adapters["c0"]), ("second", adapters["c1"])):

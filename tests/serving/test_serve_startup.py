@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -22,6 +21,11 @@ from bitfit_hf.serving.config import AdapterSpec, ServeConfig, ServeError, parse
 from bitfit_hf.serving.engine import Engine
 from bitfit_hf.tuners.random_subset import RandUniformConfig
 from bitfit_hf.utils.sentence_pooling import install_sentence_pooling
+
+try:
+    from tests.support.serve_process import wait_for_listening_url
+except ImportError:  # tests/ (not the repo root) is on sys.path
+    from support.serve_process import wait_for_listening_url  # type: ignore[no-redef]
 
 
 @pytest.fixture(scope="module")
@@ -104,14 +108,7 @@ def test_command_serves_on_port_0_and_drains_on_sigterm(adapters):  # noqa: F811
     proc = _serve([f"a={adapters['c0']}", f"b={adapters['c1']}", "--port", "0"],
                   env={"BITFIT_HF_ADMIN_TOKEN": "s3cret-token-for-the-test"})
     try:
-        url = None
-        until = time.monotonic() + 300
-        while url is None and time.monotonic() < until:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            found = re.search(r"listening on (http://\S+)", line)
-            url = found.group(1) if found else None
+        url, line = wait_for_listening_url(proc, timeout=300)
         assert url, "the server did not report its address"
         assert "2 adapter(s) (2 mixed, 0 switched)" in line
         for _ in range(50):
