@@ -17,31 +17,19 @@ from pathlib import Path
 import pytest
 
 try:
-    from tests.support.hub_server import (  # noqa: F401 - fixtures are used by name
-        DEFAULT_GITATTRIBUTES,
-        DEFAULT_TOKEN,
-        OTHER_TOKEN,
-        client_env,
-        hf_home,
-        hub_client,
-        hub_server,
-        hub_server_factory,
-        run_client,
-    )
-    from tests.support.olah_server import olah_available, serve_with_olah
+    from tests.support import hub_server as hub_support
+    from tests.support import olah_server as olah_support
 except ImportError:  # pytest run with tests/ (not the repo root) on sys.path
-    from support.hub_server import (  # type: ignore[no-redef]  # noqa: F401
-        DEFAULT_GITATTRIBUTES,
-        DEFAULT_TOKEN,
-        OTHER_TOKEN,
-        client_env,
-        hf_home,
-        hub_client,
-        hub_server,
-        hub_server_factory,
-        run_client,
-    )
-    from support.olah_server import olah_available, serve_with_olah  # type: ignore[no-redef]
+    from support import hub_server as hub_support  # type: ignore[no-redef]
+    from support import olah_server as olah_support  # type: ignore[no-redef]
+
+# each name bound once, whichever spelling imported the support modules (the fixtures are used by name)
+DEFAULT_GITATTRIBUTES = hub_support.DEFAULT_GITATTRIBUTES
+DEFAULT_TOKEN, OTHER_TOKEN = hub_support.DEFAULT_TOKEN, hub_support.OTHER_TOKEN
+client_env, run_client = hub_support.client_env, hub_support.run_client
+hf_home, hub_client, hub_server, hub_server_factory = (
+    hub_support.hf_home, hub_support.hub_client, hub_support.hub_server, hub_support.hub_server_factory)
+olah_available, serve_with_olah = olah_support.olah_available, olah_support.serve_with_olah
 
 pytestmark = pytest.mark.hub
 

@@ -14,29 +14,17 @@ from typing import Any
 import pytest
 
 try:
-    from tests.support.hub_server import (  # noqa: F401 - fixtures are used by name
-        DEFAULT_TOKEN,
-        OTHER_TOKEN,
-        HubServer,
-        client_env,
-        hf_home,
-        hub_server,
-        hub_server_factory,
-        run_client,
-    )
-    from tests.support.olah_server import olah_available, serve_with_olah  # noqa: F401
+    from tests.support import hub_server as hub_support
+    from tests.support import olah_server as olah_support
 except ImportError:  # tests/ (not the repo root) is on sys.path
-    from support.hub_server import (  # type: ignore[no-redef]  # noqa: F401
-        DEFAULT_TOKEN,
-        OTHER_TOKEN,
-        HubServer,
-        client_env,
-        hf_home,
-        hub_server,
-        hub_server_factory,
-        run_client,
-    )
-    from support.olah_server import olah_available, serve_with_olah  # type: ignore[no-redef]  # noqa: F401
+    from support import hub_server as hub_support  # type: ignore[no-redef]
+    from support import olah_server as olah_support  # type: ignore[no-redef]
+
+# each name bound once, whichever spelling imported the support modules; the hub tests import them from here
+DEFAULT_TOKEN, OTHER_TOKEN, HubServer = hub_support.DEFAULT_TOKEN, hub_support.OTHER_TOKEN, hub_support.HubServer
+client_env, run_client = hub_support.client_env, hub_support.run_client
+hf_home, hub_server, hub_server_factory = hub_support.hf_home, hub_support.hub_server, hub_support.hub_server_factory  # fixtures
+olah_available, serve_with_olah = olah_support.olah_available, olah_support.serve_with_olah
 
 HERE = Path(__file__).resolve().parent
 TOKENS = (DEFAULT_TOKEN, OTHER_TOKEN)
