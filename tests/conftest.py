@@ -14,6 +14,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 EXTENDED_MARKS = {"slow", "distributed", "hub"}
 
+# the shared checks in tests/support fail with pytest's detailed comparison, as assertions in a test file do
+pytest.register_assert_rewrite("tests.support", "support")
+
 
 def pytest_addoption(parser):
     parser.addoption("--all", action="store_true", default=False,
