@@ -31,8 +31,20 @@ def test_every_row_names_a_method_and_the_main_methods_exist_in_this_build():
             assert task in TASKS and set(share.methods + share.single_seed_methods) <= set(METHOD_ROWS)
 
 
-def test_curve_and_grid_share_cells_at_the_same_size():
+def test_the_cpu_default_runs_only_the_tasks_it_learns_and_leaves_the_curve_to_the_gpu_budget():
     budget = BUDGETS["default"]
+    assert set(budget.tasks) == {"sentiment", "pos"} and budget.curve is None
+    assert "SQuAD curve is the GPU budget's" in budget.description
+    assert BUDGETS["full"].curve.task == "qa" and {"pair", "qa"} <= set(BUDGETS["full"].tasks)
+    with pytest.raises(ValueError, match="add 'qa' to CpuSizing.tasks"):
+        cpu_budget(CpuSizing(curve_sizes=((100, (1,)),)))
+    with pytest.raises(ValueError, match="the CPU budget's tasks are"):
+        cpu_budget(CpuSizing(tasks=("sentiment", "ner")))
+
+
+def test_curve_and_grid_share_cells_at_the_same_size():
+    budget = cpu_budget(CpuSizing(tasks=("sentiment", "pair", "pos", "qa"),
+                                  curve_sizes=((100, (1, 2)), (200, (1, 2)), (800, (1, 2)))))
     assert budget.curve.task == "qa"  # the paper's Figure 2 is a SQuAD curve
     rates = {("qa", "bitfit"): 1e-2, ("qa", "full"): 5e-5}
     cells = plan(budget, rates=rates)
@@ -85,7 +97,8 @@ def test_constant_schedule_and_cpu_budget_sizing_are_parameters():
     assert args[args.index("--lr_scheduler_type") + 1] == "constant"
     assert "--lr_scheduler_type" not in cell.recipe_args(StudySettings())  # the recipes' default (linear)
     assert cell.key(StudySettings(lr_scheduler_type="constant")) != cell.key(StudySettings())
-    sizing = CpuSizing(train_size=(("sentiment", 800), ("pair", 400), ("pos", 300), ("qa", 200)), min_steps=60,
+    sizing = CpuSizing(tasks=("sentiment", "pos", "qa"),
+                       train_size=(("sentiment", 800), ("pair", 400), ("pos", 300), ("qa", 200)), min_steps=60,
                        curve_sizes=((200, (1, 2)), (3200, (1, 2))), sweep_factors=(0.5, 1.0), sweep=True)
     budget = cpu_budget(sizing, name="trial")
     assert budget.name == "trial" and budget.tasks["sentiment"].train_size == 800 and budget.min_steps == 60
