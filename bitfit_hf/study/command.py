@@ -33,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(*spellings, dest=name, **kwargs)
 
     option("budget", choices=list(BUDGETS), default="default",
-           help="default: every testable claim within an hour on a 2-core CPU; full: the GPU grid; smoke: "
-           "a few tiny runs that check the machinery")
+           help="default: every claim a 2-core CPU can test (sentiment and POS, within about an hour); gpu: the "
+           "paper's four tasks and the SQuAD curve in about 25 minutes on one GPU; full: the whole GPU grid (hours); "
+           "smoke: a few tiny runs that check the machinery")
     option("output_dir", type=os.path.expanduser, default=None, help="where cells, runs and the report go (default outputs/study-<budget>)")
     option("model_name_or_path", type=os.path.expanduser, default=None,
            help="model for every cell (default: all-MiniLM-L6-v2 from its wheel): a path, a Hub id or an offline model "

@@ -288,6 +288,27 @@ BUDGETS: Dict[str, Budget] = {
         hardware="one GPU",
         sweep=SweepBudget(factors=(0.3, 1.0, 3.0, 10.0), seeds=(1,)),
     ),
+    "gpu": Budget(
+        name="gpu",
+        description="the paper's tasks on one GPU in about 25 minutes (pass --device cuda, --model_name_or_path "
+        "mpnet and --jobs 8): every claim row on sentiment, BitFit and full fine-tuning on the pair, POS and QA "
+        "tasks, 3 seeds, the SQuAD curve at 250 / 1,000 / 4,000 questions, the sweep (3 rates); a subset of `full`",
+        tasks={
+            "sentiment": TaskBudget(2000, _SEEDS3, CLAIM_ROWS, COST_ROWS, eval_samples=1000, train_score_samples=500,
+                                    dev_samples=500),
+            "pair": TaskBudget(4000, _SEEDS3, ("bitfit", "full"), eval_samples=1000, train_score_samples=500,
+                               dev_samples=500),
+            "pos": TaskBudget(801, _SEEDS3, ("bitfit", "full"), eval_samples=-1, train_score_samples=400,
+                              dev_samples=100),
+            "qa": TaskBudget(1000, _SEEDS3, ("bitfit", "full"), epochs=2.0, eval_samples=500, train_score_samples=300,
+                             dev_samples=300),
+        },
+        curve=CurveBudget("qa", ((250, _SEEDS3), (1000, _SEEDS3), (4000, _SEEDS3))),
+        min_steps=100,
+        epoch_eval="first_seed",
+        hardware="one GPU",
+        sweep=SweepBudget(factors=(1.0, 3.0, 10.0), seeds=(1,)),
+    ),
     "smoke": Budget(
         name="smoke",
         description="a few tiny runs per task to check the machinery end to end (minutes); judges nothing "

@@ -36,6 +36,10 @@ def test_the_cpu_default_runs_only_the_tasks_it_learns_and_leaves_the_curve_to_t
     assert set(budget.tasks) == {"sentiment", "pos"} and budget.curve is None
     assert "SQuAD curve is the GPU budget's" in budget.description
     assert BUDGETS["full"].curve.task == "qa" and {"pair", "qa"} <= set(BUDGETS["full"].tasks)
+    gpu = BUDGETS["gpu"]  # the GPU budget has what the CPU default leaves out: pair, QA and the SQuAD curve
+    assert set(gpu.tasks) == {"sentiment", "pair", "pos", "qa"} and gpu.curve.task == "qa"
+    assert all(len(share.seeds) >= 3 for share in gpu.tasks.values()) and gpu.sweep is not None
+    assert gpu.tasks["qa"].train_size in [n for n, _ in gpu.curve.sizes]  # the grid's QA cells are a curve point
     with pytest.raises(ValueError, match="add 'qa' to CpuSizing.tasks"):
         cpu_budget(CpuSizing(curve_sizes=((100, (1,)),)))
     with pytest.raises(ValueError, match="the CPU budget's tasks are"):
