@@ -78,7 +78,7 @@ def method_text(adapter) -> str:
 
 def card_metrics(folder: str) -> Dict[str, float]:
     """Metrics of the model card's model-index, else of the run's results files."""
-    from bitfit_hf.reporting.model_card import read_eval_results
+    from bitfit_hf.reporting.eval_results import read_eval_results
     from bitfit_hf.utils.constants import README_NAME
 
     readme = os.path.join(folder, README_NAME)

@@ -279,13 +279,9 @@ def push_adapter_to_hub(
       (loads the recorded base); ``None`` takes ``<adapter folder>/peft`` when there is one.
     """
     from bitfit_hf.adapters.adapter import BitFitAdapter
-    from bitfit_hf.reporting.model_card import (
-        read_eval_results,
-        resolve_bias_change,
-        summary_from_adapter,
-        write_bias_change_files,
-        write_model_card_files,
-    )
+    from bitfit_hf.reporting.bias_change_files import resolve_bias_change, write_bias_change_files
+    from bitfit_hf.reporting.eval_results import read_eval_results
+    from bitfit_hf.reporting.model_card import summary_from_adapter, write_model_card_files
 
     source_dir = str(adapter) if isinstance(adapter, (str, os.PathLike)) else None
     model_summary = None

@@ -13,8 +13,9 @@ from typing import Any, Dict, Optional
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.hub.client import create_adapter_repo, publishable_adapter, push_adapter_to_hub
+from bitfit_hf.reporting.eval_results import eval_results_from_log_history, read_eval_results
 from bitfit_hf.reporting.heatmap import BiasChange
-from bitfit_hf.reporting.model_card import eval_results_from_log_history, read_eval_results, write_model_card_files
+from bitfit_hf.reporting.model_card import write_model_card_files
 from bitfit_hf.training.trainer import BitFitTrainerBase
 from bitfit_hf.utils.constants import BIAS_CHANGE_JSON, PEFT_SUBFOLDER, README_NAME, WEIGHTS_NAME
 

@@ -10,23 +10,25 @@ copy-paste snippet that loads the adapter onto the stock base, and the BitFit ci
 
 Nothing here touches the network: :func:`build_model_card` works on local inputs only, and the
 base checkpoint is read for the heat map only when it is a local folder or already in the Hub cache.
+
+The evaluation results come from :mod:`bitfit_hf.reporting.eval_results` and the bias change with its
+files from :mod:`bitfit_hf.reporting.bias_change_files`; this module builds and writes the card.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.resources
-import json
-import logging
-import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from bitfit_hf.adapters.base_checkpoint import checkpoint_files, match_key, read_checkpoint_biases, tensor_sizes
+from bitfit_hf.adapters.base_checkpoint import checkpoint_files, match_key, tensor_sizes
 from bitfit_hf.adapters.config import AdapterConfig
 from bitfit_hf.adapters.sparse import tensor_names
+from bitfit_hf.reporting.bias_change_files import resolve_bias_change, write_bias_change_files
+from bitfit_hf.reporting.eval_results import BEFORE_TRAINING, eval_rows, read_eval_results
 from bitfit_hf.reporting.heatmap import BiasChange, classify
 from bitfit_hf.tuners import METHODS, method_spec, tensor_role_of
 from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
@@ -44,10 +46,7 @@ from bitfit_hf.utils.constants import (
 from bitfit_hf.utils.names import is_under
 from bitfit_hf.utils.secrets import redact, redact_text
 
-logger = logging.getLogger(__name__)
-
 TEMPLATE_NAME = "bitfit_adapter.md"
-EVAL_RESULTS_FILES = ("all_results.json", "eval_results.json", "test_results.json")
 
 PIPELINE_TAGS = {
     "SEQ_CLS": "text-classification",
@@ -96,11 +95,6 @@ FILE_DESCRIPTIONS = {
 }
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-_NOT_METRICS = ("runtime", "samples_per_second", "steps_per_second", "compilation_time", "total_flos", "flos",
-                "epoch", "step", "samples", "num_tokens", "preparation_time", "num_input_tokens_seen")
-_SPLITS = {"eval": "validation", "test": "test", "predict": "test", "train": "train"}
-_BEFORE_TRAINING_PREFIX = "init_eval_"
-BEFORE_TRAINING = " (before training)"  # split suffix of those rows: in the card's table, not its model-index
 
 
 # ---- the template --------------------------------------------------------------------------------
@@ -158,70 +152,6 @@ def hub_base_model_id(config: AdapterConfig, override: Optional[str] = None) -> 
     if name.startswith((".", "/", "~")) or "\\" in name or not _REPO_ID.fullmatch(name) or name.count("/") > 1:
         return None
     return name
-
-
-def read_eval_results(directory: Optional[str]) -> Dict[str, float]:
-    """Metrics written by ``trainer.save_metrics`` (``all_results.json``, ``eval_results.json``, ...)."""
-    results: Dict[str, float] = {}
-    if not directory:
-        return results
-    for name in reversed(EVAL_RESULTS_FILES):  # all_results.json last: it wins
-        path = os.path.join(directory, name)
-        if os.path.isfile(path):
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    data = json.load(handle)
-            except (OSError, json.JSONDecodeError) as err:
-                logger.warning("Ignoring %s: %s", path, err)
-                continue
-            if isinstance(data, dict):
-                results.update({k: v for k, v in data.items() if _is_number(v)})
-    return results
-
-
-def eval_results_from_log_history(log_history: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
-    """The latest value of every ``eval_*`` / ``test_*`` metric in ``trainer.state.log_history``."""
-    results: Dict[str, float] = {}
-    for entry in log_history or []:
-        for key, value in entry.items():
-            if key.startswith(("eval_", "test_")) and _is_number(value):
-                results[key] = value
-    return results
-
-
-def eval_rows(eval_results: Union[None, Mapping[str, Any]], default_split: str = "validation") -> List[Tuple[str, str, float]]:
-    """``(split, metric, value)`` rows from trainer-style metrics (``eval_accuracy``) or
-    ``{split: {metric: value}}``; speed, epoch and size entries are dropped."""
-    rows: List[Tuple[str, str, float]] = []
-    if not eval_results:
-        return rows
-    for key, value in eval_results.items():
-        if isinstance(value, Mapping):
-            rows.extend((str(key), m, float(v)) for m, v in value.items() if _is_number(v) and not _skip_metric(m))
-            continue
-        if not _is_number(value):
-            continue
-        prefix, _, metric = str(key).partition("_")
-        if str(key).startswith(_BEFORE_TRAINING_PREFIX):  # the recipes' evaluation of the untrained model
-            split, metric = f"{default_split}{BEFORE_TRAINING}", str(key)[len(_BEFORE_TRAINING_PREFIX):]
-        elif prefix in _SPLITS and metric:
-            split = default_split if prefix == "eval" else _SPLITS[prefix]
-        else:
-            split, metric = default_split, str(key)
-        if _skip_metric(metric) or (split == "train" and metric != "loss"):
-            continue
-        rows.append((split, metric, float(value)))
-    order = {"train": 3, "validation": 0, f"validation{BEFORE_TRAINING}": 1, "test": 2}
-    rows.sort(key=lambda r: (order.get(r[0], 3), r[0], r[1] == "loss", r[1]))
-    return rows
-
-
-def _skip_metric(metric: str) -> bool:
-    return metric.endswith(_NOT_METRICS) or "_mem_" in metric or metric.startswith("mem_")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
 
 
 def summary_from_adapter(adapter, total_params: Optional[int] = None) -> dict:
@@ -493,61 +423,6 @@ def write_model_card_files(
     return written + [README_NAME]
 
 
-def write_bias_change_files(directory: str, change: Optional[BiasChange], config: AdapterConfig,
-                            repo_id: Optional[str] = None) -> List[str]:
-    """``bias_change.json`` and (with matplotlib) ``bias_change.png`` for ``change``; the names written."""
-    if change is None:
-        return []
-    change.save(os.path.join(directory, BIAS_CHANGE_JSON))
-    written = [BIAS_CHANGE_JSON]
-    if change.roles:
-        try:
-            change.plot(os.path.join(directory, BIAS_CHANGE_PNG), title=_plot_title(config, repo_id))
-            written.append(BIAS_CHANGE_PNG)
-        except ImportError as err:
-            logger.warning("%s The card shows the bias change as a table only.", err)
-    return written
-
-
-def resolve_bias_change(adapter, directory: Optional[str] = None, base=None, bias_change=None) -> Optional[BiasChange]:
-    """The adapter's bias change: given, computed against ``base``, stored in ``directory``, or
-    computed against the recorded base when it is at hand locally; else ``None``."""
-    if isinstance(bias_change, BiasChange):
-        return bias_change
-    if isinstance(bias_change, Mapping):
-        return BiasChange.from_dict(bias_change)
-    if base is not None:
-        return BiasChange.compute(base, adapter)
-    stored = os.path.join(directory, BIAS_CHANGE_JSON) if directory else None
-    if stored and os.path.isfile(stored):
-        try:
-            return BiasChange.load(stored)
-        except (OSError, ValueError) as err:
-            logger.warning("Ignoring %s: %s", stored, err)
-    return bias_change_from_recorded_base(adapter)
-
-
-def bias_change_from_recorded_base(adapter) -> Optional[BiasChange]:
-    """The bias change against the base the adapter records, read from a local folder or the Hub
-    cache only (never downloaded for a card); ``None`` when it is not at hand."""
-    cfg = adapter.config
-    source = cfg.base_model_name_or_path
-    if not source:
-        return None
-    names = [entry[0] for entry in classify(cfg)]
-    if not names:
-        return None
-    try:
-        if os.path.isdir(source):
-            tensors = read_checkpoint_biases(source, names)
-        else:
-            tensors = read_checkpoint_biases(source, names, revision=cfg.base_model_revision, local_files_only=True)
-        return BiasChange.compute(tensors, adapter)
-    except Exception as err:  # noqa: BLE001 - the heat map is optional; say why it is missing
-        logger.info("No bias-change heat map: the base %r is not at hand (%s).", source, type(err).__name__)
-        return None
-
-
 # ---- body helpers ----------------------------------------------------------------------------------
 
 
@@ -716,12 +591,6 @@ def _versions(cfg: AdapterConfig) -> List[Tuple[str, str]]:
     out += [("transformers", transformers.__version__), ("torch", torch.__version__.split("+")[0]),
             ("huggingface_hub", huggingface_hub.__version__)]
     return out
-
-
-def _plot_title(cfg: AdapterConfig, repo_id: Optional[str]) -> str:
-    name = (repo_id or "").split("/")[-1] or cfg.architecture
-    return f"{name}: bias change per layer, (1/dim)·‖b0 − bF‖₁"
-
 
 
 def _as_list(value) -> List[str]:

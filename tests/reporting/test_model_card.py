@@ -20,12 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub"))  # the test
 from hub_test_support import hf_home, hub_server, hub_server_factory, run, snippet  # noqa: E402, F401 - fixtures
 
 from bitfit_hf import BitFitAdapter, BitFitConfig, apply_bitfit
+from bitfit_hf.reporting.eval_results import eval_rows
 from bitfit_hf.reporting.heatmap import BiasChange, bias_change, classify, read_checkpoint_biases, snapshot_biases
 from bitfit_hf.reporting.model_card import (
     BITFIT_CITATION,
     PIPELINE_TAGS,
     build_model_card,
-    eval_rows,
     hub_base_model_id,
     summary_from_adapter,
     template_path,
