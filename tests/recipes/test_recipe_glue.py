@@ -10,6 +10,7 @@ import pytest
 from recipe_support import accelerate_launch, few_threads, load_recipe, read_json  # noqa: F401 - few_threads: an autouse fixture
 
 from bitfit_hf.recipe_kit import DEFAULT_MODEL_ID
+from bitfit_hf.recipe_kit.args import DEFAULT_LEARNING_RATES
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +96,7 @@ def test_local_pair_files_full_finetuning(tmp_path):
     assert results["eval_samples"] == 8 and "init_eval_accuracy" in results
     assert (out / "model.safetensors").exists()  # full fine-tuning saves the whole model
     run_args = read_json(out / "run_args.json")
-    assert run_args["training_args"]["learning_rate"] == 2e-5
+    assert run_args["training_args"]["learning_rate"] == DEFAULT_LEARNING_RATES["full"]
     assert read_json(out / "trainable_summary.json")["trainable_params"] > 22_000_000
 
 
