@@ -78,13 +78,13 @@ METHODS = tuple(RECIPE_METHODS)
 DEFAULT_METHOD = "bitfit"
 
 #: Learning rate per ``--method`` when ``--learning_rate`` is not given. ``bitfit`` 3e-3, ``adapterbias`` 1e-2,
-#: ``lora`` 3e-3, ``bitfit_lora`` 3e-3, ``full`` 1e-4, ``frozen`` (the head alone) 1e-2 and ``rand_row_col`` 1e-2 come from benchmarks/lr_sweep.py on the GLUE recipe's default
+#: ``lora`` 3e-3, ``bitfit_lora`` 3e-3, ``full`` 1e-4, ``frozen`` (the head alone) 1e-2, ``rand_row_col`` 1e-2 and
+#: ``rand_uniform`` 3e-2 come from benchmarks/lr_sweep.py on the GLUE recipe's default
 #: budget (300 steps; a dev split carved from the training data, two seeds at each method's two best rates; 3e-2
 #: diverges for bitfit and adapterbias, 1e-2 for lora and bitfit_lora; the official AdapterBias code's 1e-4 assumes
 #: 20-120 epochs). They are rates for short runs: full fine-tuning of a base-size model over many epochs usually
-#: wants 2e-5 to 5e-5. ``rand_uniform`` keeps BitFit's rate until its sweep ends (its best so far is the grid's top
-#: rate). The table (benchmarks/results/lr_sweep.md) has every rate's score.
-DEFAULT_LEARNING_RATES = {"bitfit": 3e-3, "frozen": 1e-2, "full": 1e-4, "rand_uniform": 3e-3, "rand_row_col": 1e-2,
+#: wants 2e-5 to 5e-5. The table (benchmarks/results/lr_sweep.md) has every rate's score.
+DEFAULT_LEARNING_RATES = {"bitfit": 3e-3, "frozen": 1e-2, "full": 1e-4, "rand_uniform": 3e-2, "rand_row_col": 1e-2,
                           "adapterbias": 1e-2, "lora": 3e-3, "bitfit_lora": 3e-3}
 
 #: (IA)³: 3e-3 alone (scaling vectors start at one and move slowly; not yet swept), 1e-3 beside BitFit's biases

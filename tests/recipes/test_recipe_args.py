@@ -46,7 +46,7 @@ def test_no_arguments_gives_the_offline_default_run():
 
 
 @pytest.mark.parametrize("method, lr", [("bitfit", 3e-3), ("frozen", 1e-2), ("full", 1e-4), ("adapterbias", 1e-2),
-                                        ("rand_uniform", 3e-3)])
+                                        ("rand_uniform", 3e-2)])
 def test_learning_rate_follows_the_method(method, lr):
     _, _, _, training = parse("--method", method)
     assert training.learning_rate == lr
