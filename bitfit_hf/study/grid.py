@@ -114,12 +114,14 @@ METHOD_ROWS: Dict[str, MethodRow] = {
         MethodRow("lora", "LoRA", "lora", cost_factor=1.1),
         MethodRow("bitfit_lora", "BitFit + LoRA", "bitfit_lora", cost_factor=1.1),
         MethodRow("adapterbias", "AdapterBias", "adapterbias"),
+        MethodRow("ia3", "(IA)³", "ia3", cost_factor=1.1),
+        MethodRow("bitfit_ia3", "BitFit + (IA)³", "bitfit_ia3", cost_factor=1.1),
     )
 }
 
 #: Rows that answer the paper's claims (run with every seed); the others fill the cost table.
 CLAIM_ROWS = ("bitfit", "paper_subset", "b_q", "b_m2", "frozen", "full", "rand_uniform", "rand_row_col")
-COST_ROWS = ("lora", "bitfit_lora", "adapterbias")
+COST_ROWS = ("lora", "bitfit_lora", "adapterbias", "ia3", "bitfit_ia3")
 
 
 @dataclass(frozen=True)

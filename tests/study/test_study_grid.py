@@ -25,7 +25,8 @@ from bitfit_hf.study.runner import NOT_AVAILABLE, Study, StudyError, available_m
 def test_every_row_names_a_method_and_the_main_methods_exist_in_this_build():
     assert {"bitfit", "full", "frozen"} <= available_methods()
     assert {row.method for row in METHOD_ROWS.values()} >= {"bitfit", "full", "frozen", "rand_uniform", "rand_row_col",
-                                                           "adapterbias", "bitfit_lora", "lora"}
+                                                           "adapterbias", "bitfit_lora", "lora", "ia3",
+                                                           "bitfit_ia3"}
     for budget in BUDGETS.values():
         for task, share in budget.tasks.items():
             assert task in TASKS and set(share.methods + share.single_seed_methods) <= set(METHOD_ROWS)
