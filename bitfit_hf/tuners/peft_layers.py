@@ -7,11 +7,16 @@ Nothing here names a method: any ``peft.tuners.tuners_utils.BaseTunerLayer`` is 
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable
+import dataclasses
+import re
+from typing import Callable, Dict, Iterable, List
 
 import torch
 from torch import nn
 
+from bitfit_hf.tuners.state import HEAD, Selection, TrainedTensor
+
+_LAYER_INDEX = re.compile(r"\.(\d+)\.")
 ADAPTER_NAME = "default"  # peft's adapter name inside the wrapped modules (one adapter per method per model)
 BASE_LAYER = "base_layer"
 
@@ -74,3 +79,23 @@ def merged_state_dict(model: nn.Module, layers: Dict[str, nn.Module],
     for name, layer in layers.items():
         merged.update(fold(name, layer))
     return merged
+
+
+def select_with_branches(model: nn.Module, selection: Selection, wrapped: List[str], role: str) -> Selection:
+    """A BitFit ``selection`` of the stock model moved onto the wrapped one: its names under ``base_layer``, the
+    branch tensors the peft layers added (tagged ``role`` and their layer index) inserted before the head, and
+    ``requires_grad`` set on exactly these tensors. The methods that put peft layers beside BitFit differ only
+    in how they wrap, so this is the one place that decides what such a model trains."""
+    params = dict(model.named_parameters())
+    entries = [dataclasses.replace(e, name=wrapped_name(e.name, wrapped)) for e in selection.entries]
+    branches = []
+    for name, param in params.items():
+        if is_branch_parameter(name, wrapped):
+            found = _LAYER_INDEX.search(name)
+            branches.append(TrainedTensor(name, role, found.group(1) if found else "", param.numel()))
+    head_start = next((i for i, e in enumerate(entries) if e.role == HEAD), len(entries))
+    moved = dataclasses.replace(selection, entries=entries[:head_start] + branches + entries[head_start:])
+    trained = set(moved.parameter_names)
+    for name, param in params.items():
+        param.requires_grad_(name in trained)
+    return moved

@@ -8,7 +8,6 @@ to the wrapped names and ``requires_grad`` set on exactly the vectors, the selec
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -17,11 +16,10 @@ from torch import nn
 from bitfit_hf.tuners.bias.model import apply_bitfit
 from bitfit_hf.tuners.bitfit_ia3.config import IA3, BitFitIA3Config
 from bitfit_hf.tuners.bitfit_ia3.layer import ia3_layers, inject_ia3, merged_tensors, set_layer_enabled
-from bitfit_hf.tuners.peft_layers import ADAPTER_NAME, is_branch_parameter, merged_state_dict, wrapped_name
-from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, HEAD, match_role
+from bitfit_hf.tuners.peft_layers import ADAPTER_NAME, merged_state_dict, select_with_branches
+from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, match_role
 from bitfit_hf.tuners.state import (
     Selection,
-    TrainedTensor,
     TunerState,
     detect_head_modules,
     get_tuner_state,
@@ -32,7 +30,6 @@ from bitfit_hf.utils.names import is_under
 
 OUTPUT_ROLES = ("b_k", "b_v")  # keys and values: their outputs are scaled
 FEEDFORWARD_ROLES = ("b_m3",)  # the FFN output projection: its input (the FFN's inner activation) is scaled
-_LAYER = re.compile(r"\.(\d+)\.")
 
 
 class BitFitIA3State(TunerState):
@@ -104,19 +101,7 @@ def apply_bitfit_ia3(model: nn.Module, config: Optional[BitFitIA3Config] = None)
     bitfit = apply_bitfit(model, config)  # roles, added biases, fingerprint: all on the stock names
     inject_ia3(model, targets, feedforward)
 
-    params = dict(model.named_parameters())
-    entries = [dataclasses.replace(e, name=wrapped_name(e.name, targets)) for e in bitfit.selection.entries]
-    vectors = []
-    for name, param in params.items():
-        if is_branch_parameter(name, targets):
-            found = _LAYER.search(name)
-            vectors.append(TrainedTensor(name, IA3, found.group(1) if found else "", param.numel()))
-    head_start = next((i for i, e in enumerate(entries) if e.role == HEAD), len(entries))
-    selection = dataclasses.replace(bitfit.selection, entries=entries[:head_start] + vectors + entries[head_start:])
-
-    trained = set(selection.parameter_names)
-    for name, param in params.items():
-        param.requires_grad_(name in trained)
+    selection = select_with_branches(model, bitfit.selection, targets, IA3)
     state = BitFitIA3State(selection, dict(bitfit.added_biases), bitfit.fingerprint, targets)
     state.mask_handles = bitfit.mask_handles
     state.base_sketch = bitfit.base_sketch  # of the stock base, taken before peft wrapped its modules

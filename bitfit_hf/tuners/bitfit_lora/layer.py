@@ -81,7 +81,6 @@ def lora_layers(model: nn.Module) -> Dict[str, nn.Module]:
     return peft_layers(model, LoraLayer)
 
 
-is_lora_parameter = is_branch_parameter  # a parameter of a LoRA branch, not of a wrapped base layer
 
 
 def merged_weight(layer: nn.Module) -> torch.Tensor:

@@ -9,8 +9,6 @@ the LoRA matrices, the selected biases and the head.
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from typing import Dict, List, Optional
 
 import torch
@@ -20,17 +18,14 @@ from bitfit_hf.tuners.bias.model import apply_bitfit
 from bitfit_hf.tuners.bitfit_lora.config import LORA, BitFitLoraConfig
 from bitfit_hf.tuners.bitfit_lora.layer import (
     inject_lora,
-    is_lora_parameter,
     lora_layers,
     matching_modules,
     merged_weight,
-    wrapped_name,
 )
-from bitfit_hf.tuners.peft_layers import merged_state_dict
-from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, HEAD, match_role
+from bitfit_hf.tuners.peft_layers import merged_state_dict, select_with_branches
+from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, match_role
 from bitfit_hf.tuners.state import (
     Selection,
-    TrainedTensor,
     TunerState,
     detect_head_modules,
     get_tuner_state,
@@ -40,7 +35,6 @@ from bitfit_hf.tuners.state import (
 from bitfit_hf.utils.names import is_under
 
 DEFAULT_LORA_ROLES = ("b_q", "b_v")  # LoRA on the query and value projections, as in the LoRA paper
-_LAYER = re.compile(r"\.(\d+)\.")
 
 
 class BitFitLoraState(TunerState):
@@ -116,20 +110,7 @@ def apply_bitfit_lora(model: nn.Module, config: Optional[BitFitLoraConfig] = Non
     bitfit = apply_bitfit(model, config)  # roles, added biases, fingerprint: all on the stock names
     inject_lora(model, targets, config.lora_r, config.lora_alpha, config.lora_dropout)
 
-    params = dict(model.named_parameters())
-    entries = [dataclasses.replace(e, name=wrapped_name(e.name, targets)) for e in bitfit.selection.entries]
-    lora_entries = []
-    for name, param in params.items():
-        if is_lora_parameter(name, targets):
-            found = _LAYER.search(name)
-            lora_entries.append(TrainedTensor(name, LORA, found.group(1) if found else "", param.numel()))
-    head_start = next((i for i, e in enumerate(entries) if e.role == HEAD), len(entries))
-    entries = entries[:head_start] + lora_entries + entries[head_start:]
-    selection = dataclasses.replace(bitfit.selection, entries=entries)
-
-    trained = set(selection.parameter_names)
-    for name, param in params.items():
-        param.requires_grad_(name in trained)
+    selection = select_with_branches(model, bitfit.selection, targets, LORA)
     state = BitFitLoraState(selection, dict(bitfit.added_biases), bitfit.fingerprint, targets)
     state.mask_handles = bitfit.mask_handles  # registered on the bias tensors themselves: still valid
     state.base_sketch = bitfit.base_sketch  # of the stock base, taken before LoRA wrapped its modules
