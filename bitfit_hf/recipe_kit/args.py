@@ -87,9 +87,6 @@ DEFAULT_METHOD = "bitfit"
 DEFAULT_LEARNING_RATES = {"bitfit": 3e-3, "frozen": 1e-2, "full": 1e-4, "rand_uniform": 3e-2, "rand_row_col": 1e-2,
                           "adapterbias": 1e-2, "lora": 3e-3, "bitfit_lora": 3e-3}
 
-#: (IA)³ alone: 3e-3 (scaling vectors start at one and move slowly; not yet swept).
-DEFAULT_LEARNING_RATES.update({"ia3": 3e-3})
-
 #: A method the table has no row for: its folder's own default (``RecipeMethod.default_learning_rate``).
 DEFAULT_LEARNING_RATES.update({name: recipe.default_learning_rate for name, recipe in RECIPE_METHODS.items()
                                if name not in DEFAULT_LEARNING_RATES and recipe.default_learning_rate is not None})
