@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
            "linear (decay to 0); default: the recipes' (linear)")
     option("no_sweep", action="store_true",
            help="skip the budget's learning-rate sweep: every row trains at its recipe's default rate")
+    option("sweep_factors", nargs="+", type=float, default=None, metavar="F",
+           help="the sweep's rates as multiples of each row's recipe default (default: the budget's, e.g. 1 3 10); "
+           "e.g. 0.3 1 3 10 when a choice lands on the grid's lowest rate")
     option("recipe_args", default="", help="extra flags for every recipe run, one quoted string (e.g. \"--bf16 True\")")
     option("dry_run", action="store_true", help="list the cells (status, estimate, command) and stop")
     option("report_only", action="store_true", help="rebuild the report from the finished cells; run nothing")
@@ -66,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _study(args: argparse.Namespace) -> Study:
     budget = BUDGETS[args.budget]
+    if args.sweep_factors is not None:
+        if args.no_sweep:
+            raise StudyError("--sweep_factors and --no_sweep contradict each other: drop one of them.")
+        if budget.sweep is None or any(f <= 0 for f in args.sweep_factors):
+            raise StudyError(f"--sweep_factors needs positive multiples of the default rate and a budget with a sweep "
+                             f"(got {args.sweep_factors} for budget {budget.name}).")
+        budget = dataclasses.replace(budget, sweep=dataclasses.replace(budget.sweep, factors=tuple(args.sweep_factors)))
     if args.no_sweep:
         budget = dataclasses.replace(budget, sweep=None)
     if args.device == "cuda":

@@ -398,3 +398,19 @@ def test_the_sweep_runs_first_and_its_choice_trains_the_main_cells_in_the_same_i
         in report
     assert "## Constant predictors and the validity gate" in report and "> 55.00" in report
     assert "s1 81.00 ✓, fits" in report and "seed noise" in report and "validity gate" in report
+
+
+def test_sweep_factors_widen_the_grid_from_the_command_line(tmp_path, capsys):
+    from bitfit_hf.cli.main import main as cli_main
+    from bitfit_hf.recipe_kit.args import DEFAULT_LEARNING_RATES
+
+    out_dir = str(tmp_path / "s")
+    assert cli_main(["study", "--dry-run", "--sweep_factors", "0.3", "1", "3", "10", "--output_dir", out_dir]) == 0
+    out = capsys.readouterr().out
+    low = float(f"{DEFAULT_LEARNING_RATES['bitfit'] * 0.3:.3g}")
+    assert f"sweep-sentiment-bitfit-n400-lr{low:g}-s1" in out  # the added lower rate is a cell of the sweep
+    assert f"sweep-sentiment-bitfit-n400-lr{DEFAULT_LEARNING_RATES['bitfit']:g}-s1" in out
+    assert not (tmp_path / "s").exists()
+    for bad, message in ((["--sweep_factors", "0", "1"], "positive"), (["--sweep_factors", "1", "--no_sweep"], "--no_sweep")):
+        assert cli_main(["study", "--dry-run", *bad, "--output_dir", out_dir]) == 2
+        assert message in capsys.readouterr().err
