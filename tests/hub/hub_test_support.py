@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 try:
     from tests.support import hub_server as hub_support
     from tests.support import olah_server as olah_support
@@ -21,6 +23,7 @@ except ImportError:  # tests/ (not the repo root) is on sys.path
 # each name bound once, whichever spelling imported the support modules; the hub tests import them from here
 DEFAULT_TOKEN, OTHER_TOKEN, HubServer = hub_support.DEFAULT_TOKEN, hub_support.OTHER_TOKEN, hub_support.HubServer
 client_env, run_client = hub_support.client_env, hub_support.run_client
+hf_home, hub_server, hub_server_factory = hub_support.hf_home, hub_support.hub_server, hub_support.hub_server_factory  # fixtures
 olah_available, serve_with_olah = olah_support.olah_available, olah_support.serve_with_olah
 
 HERE = Path(__file__).resolve().parent
@@ -84,6 +87,22 @@ def assert_clean_error(err: dict, *, kind: str, words=()) -> None:
     message = err["message"].lower()
     for word in words:
         assert word.lower() in message, (word, err["message"])
+
+
+@pytest.fixture(scope="session")
+def tiny_base_dir(tmp_path_factory) -> str:
+    """One stock tiny BERT base shared by the hub tests (saved once, read by every client)."""
+    import hub_client_lib
+
+    return hub_client_lib.make_base(str(tmp_path_factory.mktemp("tiny-base") / "base"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def other_base_dir(tmp_path_factory) -> str:
+    """Same architecture, other weights: adapters trained on ``tiny_base_dir`` must be refused here."""
+    import hub_client_lib
+
+    return hub_client_lib.make_base(str(tmp_path_factory.mktemp("other-base") / "base"), seed=123)
 
 
 class CuttingProxy:

@@ -8,7 +8,14 @@ import json
 
 import pytest
 import yaml
-from hub_test_support import run, snippet
+from hub_test_support import (  # noqa: F401 - fixtures are used by name
+    hf_home,
+    hub_server,
+    hub_server_factory,
+    run,
+    snippet,
+    tiny_base_dir,
+)
 
 pytestmark = pytest.mark.hub
 

@@ -13,15 +13,20 @@ import json
 import os
 
 import pytest
-from hub_test_support import (
+from hub_test_support import (  # noqa: F401 - fixtures are used by name
     DEFAULT_TOKEN,
     OTHER_TOKEN,
     assert_clean_error,
     assert_no_token_in_files,
+    hf_home,
+    hub_server,
+    hub_server_factory,
     olah_available,
+    other_base_dir,
     run,
     serve_with_olah,
     snippet,
+    tiny_base_dir,
 )
 
 pytestmark = pytest.mark.hub

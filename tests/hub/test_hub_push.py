@@ -14,7 +14,18 @@ import os
 
 import pytest
 import yaml
-from hub_test_support import DEFAULT_TOKEN, OTHER_TOKEN, assert_clean_error, assert_no_token_in_files, run, snippet
+from hub_test_support import (  # noqa: F401 - fixtures are used by name
+    DEFAULT_TOKEN,
+    OTHER_TOKEN,
+    assert_clean_error,
+    assert_no_token_in_files,
+    hf_home,
+    hub_server,
+    hub_server_factory,
+    run,
+    snippet,
+    tiny_base_dir,
+)
 
 pytestmark = pytest.mark.hub
 
