@@ -168,7 +168,7 @@ def test_random_baseline_flags(method):
 
     parsed = parse("--method", method, "--random_seed", "5", "--match_bias_terms", "b_q", "b_m2",
                    "--layerwise_lr_decay", "0.9")
-    assert parsed.training.learning_rate == DEFAULT_LEARNING_RATES[method]  # the sweep sets it (BitFit's until it ends)
+    assert parsed.training.learning_rate == DEFAULT_LEARNING_RATES[method]  # each random baseline's own swept rate
     assert parsed.training.output_dir.replace("\\", "/") == f"outputs/demo-sst2-{method}"
     config = parsed.bitfit.bitfit_config()
     assert isinstance(config, RandomSubsetConfig) and config.method == method

@@ -14,15 +14,7 @@ from typing import Dict, Iterable, List
 import torch
 from torch import nn
 
-from bitfit_hf.tuners.peft_layers import (  # noqa: F401 - peft's naming, read from here by older code
-    ADAPTER_NAME,
-    BASE_LAYER,
-    is_branch_parameter,
-    peft_layers,
-    set_layer_enabled,
-    stock_name,
-    wrapped_name,
-)
+from bitfit_hf.tuners.peft_layers import ADAPTER_NAME, peft_layers, set_layer_enabled
 from bitfit_hf.utils.modes import inserted_modules_follow
 from bitfit_hf.utils.names import is_under
 
@@ -79,8 +71,6 @@ def lora_layers(model: nn.Module) -> Dict[str, nn.Module]:
     from peft.tuners.lora import LoraLayer
 
     return peft_layers(model, LoraLayer)
-
-
 
 
 def merged_weight(layer: nn.Module) -> torch.Tensor:
