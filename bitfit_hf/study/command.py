@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     option("budget", choices=list(BUDGETS), default="default",
            help="default: every claim a 2-core CPU can test (sentiment and POS, within about an hour); gpu: the "
-           "paper's four tasks and the SQuAD curve in about 25 minutes on one GPU; full: the whole GPU grid (hours); "
+           "paper's four tasks and the SQuAD curve in about 14 minutes on one H200 (--jobs 14); full: the whole GPU grid (hours); "
            "smoke: a few tiny runs that check the machinery")
     option("output_dir", type=os.path.expanduser, default=None, help="where cells, runs and the report go (default outputs/study-<budget>)")
     option("model_name_or_path", type=os.path.expanduser, default=None,
