@@ -15,7 +15,7 @@ from bitfit_hf.study.grid import MAIN, METHOD_ROWS, Budget
 from bitfit_hf.study.state import NOT_AVAILABLE, WAITING, CellState
 from bitfit_hf.study.sweep import choose_rates
 
-__all__ = ["stat", "grid_table", "curve_table", "find_crossover", "cost_table", "bias_change_average", "sweep_table",
+__all__ = ["stat", "grid_table", "curve_table", "find_crossover", "cost_table", "bias_change_average", "bias_change_over", "sweep_table",
            "aggregate"]
 
 
@@ -183,6 +183,25 @@ def bias_change_average(states: Sequence[CellState], budget: Budget, method: str
         "per_task": {task: BiasChange.from_cells(cells).to_dict() for task, cells in task_means.items()},
         "per_task_seeds": {task: sorted(values) for task, values in seeds.items()},
     }
+
+
+def bias_change_over(change: Optional[Dict[str, Any]], tasks: Sequence[str]) -> Optional[Dict[str, Any]]:
+    """The task-averaged Figure 1 of ``change`` (:func:`bias_change_average`) recomputed over ``tasks`` only: the
+    tasks whose BitFit runs pass the validity gate, so that a task that learned nothing (every bias moved alike)
+    does not flatten the figure. ``left_out`` names the others; the per-task matrices stay whole. With no such task
+    the figure is returned over every task, as it was (``left_out`` empty)."""
+    if not change:
+        return change
+    keep = [task for task in change["tasks"] if task in set(tasks)]
+    if not keep or keep == list(change["tasks"]):
+        return {**change, "left_out": []}
+    from bitfit_hf.reporting.heatmap import BiasChange
+
+    cells = [_cells_of(BiasChange.from_dict(change["per_task"][task])) for task in keep]
+    seeds = change.get("per_task_seeds") or {}
+    return {**change, "tasks": keep, "runs": sum(len(seeds.get(task, ())) for task in keep),
+            "matrix": BiasChange.from_cells(_mean_cells_dicts(cells)).to_dict(),
+            "left_out": [task for task in change["tasks"] if task not in keep]}
 
 
 def _cells_of(change) -> Dict[tuple, float]:

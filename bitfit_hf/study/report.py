@@ -12,7 +12,7 @@ import platform
 from typing import Any, Dict, List, Optional, Sequence
 
 from bitfit_hf.study import claims as rules
-from bitfit_hf.study.aggregate import aggregate
+from bitfit_hf.study.aggregate import aggregate, bias_change_over
 from bitfit_hf.study.claims import COMBINE_RULE, figure1_ranking, judge_all
 from bitfit_hf.study.compare import K_SE, MIN_SEEDS, NOISE_RULE
 from bitfit_hf.study.figures import plot_bias_change, plot_curve, plot_grid
@@ -129,6 +129,8 @@ def build_results(
     if results.get("curve"):  # the crossover the verdict used: over the sizes that pass the gate
         claim_3 = next(c for c in results["claims"] if c["id"] == 3)
         results["curve"]["crossover_size"] = claim_3["numbers"].get("crossover_size")
+    claim_6 = next(c for c in results["claims"] if c["id"] == 6)  # the figure averages the tasks claim 6 could judge
+    results["bias_change"] = bias_change_over(results.get("bias_change"), list(claim_6["numbers"].get("per_task") or ()))
     results["figure1_ranking"] = figure1_ranking(results.get("bias_change"))
     counts: Dict[str, int] = {}
     for state in states:
@@ -304,7 +306,9 @@ def _bias_section(results: Dict[str, Any]) -> str:
                 for task, m in (change.get("per_task") or {}).items()]
     return (f"Averaged over {', '.join(change['tasks'])} ({change['runs']} BitFit runs at each task's main training "
             f"size; seeds averaged within a task, tasks with equal weight). Metric: (1/dim)·‖b0 − bF‖₁ per bias "
-            "vector. Claim 6 is judged per task (second table), since tasks train at different rates.\n\n"
+            "vector. Claim 6 is judged per task (second table), since tasks train at different rates."
+            + (f" Left out of the average: {', '.join(change['left_out'])} (its BitFit runs do not pass the validity "
+               "gate; its ranking is in the second table)." if change.get("left_out") else "") + "\n\n"
             + _table(["rank", "role", "mean change per layer"], rows) + "\n\n"
             + _table(["task", "ranking (mean change per layer)"], per_task) + "\n\n" + matrix)
 

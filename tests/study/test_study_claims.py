@@ -256,3 +256,26 @@ def test_epochs_to_converge_and_the_training_loss_curve():
     state = {"log_history": [{"epoch": 0.5, "loss": 0.7, "step": 5}, {"epoch": 1.0, "eval_accuracy": 0.8},
                              {"epoch": 1.0, "loss": 0.4, "step": 10}, {"train_loss": 0.55, "epoch": 1.0}]}
     assert loss_curve(state) == [(0.5, 0.7), (1.0, 0.4)] and loss_curve(None) == []
+
+
+def _matrix(per_role):
+    from bitfit_hf.reporting.heatmap import BiasChange
+
+    return BiasChange.from_cells({(role, str(layer)): value for role, value in per_role.items() for layer in (0, 1)}).to_dict()
+
+
+def test_the_averaged_figure_1_leaves_out_tasks_whose_runs_are_not_valid():
+    from bitfit_hf.study.aggregate import bias_change_over
+
+    flat = {role: 0.05 for role in PAPER if role != "b_pooler"}  # a task that learned nothing: every bias alike
+    change = {"tasks": ["pair", "sentiment"], "runs": 6, "matrix": {}, "per_task": {"pair": _matrix(flat),
+              "sentiment": _matrix({r: v for r, v in PAPER.items() if r != "b_pooler"})},
+              "per_task_seeds": {"pair": [1, 2, 3], "sentiment": [1, 2, 3]}}
+    kept = bias_change_over(change, ["sentiment"])
+    assert kept["tasks"] == ["sentiment"] and kept["left_out"] == ["pair"] and kept["runs"] == 3
+    assert [role for role, _ in claims.figure1_ranking(kept)][:2] == ["b_m2", "b_q"]
+    assert dict(zip(kept["matrix"]["roles"], kept["matrix"]["average"]))["b_k"] == pytest.approx(0.0001)
+    assert kept["per_task"] == change["per_task"]  # the per-task matrices (claim 6's table) stay whole
+    assert bias_change_over(change, ["pair", "sentiment"])["left_out"] == []
+    assert bias_change_over(change, [])["tasks"] == ["pair", "sentiment"]  # no valid task: the figure as it is
+    assert bias_change_over(None, ["sentiment"]) is None
