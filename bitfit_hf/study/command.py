@@ -78,7 +78,7 @@ def _study(args: argparse.Namespace) -> Study:
         budget = dataclasses.replace(budget, sweep=dataclasses.replace(budget.sweep, factors=tuple(args.sweep_factors)))
     if args.no_sweep:
         budget = dataclasses.replace(budget, sweep=None)
-    if args.device == "cuda":
+    if args.device == "cuda" and not (args.report_only or args.dry_run):  # a report or a plan needs no GPU
         import torch
 
         if not torch.cuda.is_available():

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import platform
 from typing import Any, Dict, List, Optional, Sequence
 
 from bitfit_hf.study import claims as rules
@@ -18,6 +17,7 @@ from bitfit_hf.study.compare import K_SE, MIN_SEEDS, NOISE_RULE
 from bitfit_hf.study.figures import plot_bias_change, plot_curve, plot_grid
 from bitfit_hf.study.gates import FIT_FRACTION, FIT_RULE, GATE_RULE, VALID_MARGIN, fit_threshold, threshold, validity_table
 from bitfit_hf.study.grid import TASKS, Budget, StudySettings
+from bitfit_hf.study.machine import cell_environments, describe, environment
 from bitfit_hf.study.state import NOT_AVAILABLE, WAITING, CellState
 from bitfit_hf.study.sweep import CHOICE_RULE
 from bitfit_hf.utils.io import read_json_object, write_json_atomic, write_text_atomic
@@ -30,29 +30,6 @@ RESULTS_NAME = "results.json"
 FIGURES_DIR = "figures"
 _COUNTS_CACHE = "param_counts.json"
 _CONSTANTS_CACHE = "constants.json"
-
-
-def environment() -> Dict[str, Any]:
-    """Versions and machine: what a reader needs to judge the timings."""
-    import torch
-    import transformers
-
-    info = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
-    try:
-        import datasets
-
-        info["datasets"] = datasets.__version__
-    except ImportError:  # pragma: no cover
-        pass
-    return info
 
 
 def parameter_counts(output_dir: str) -> Dict[str, Dict[str, float]]:
@@ -148,6 +125,7 @@ def build_results(
         "cell_cpu_s": sum(r.get("cpu_s") or 0.0 for r in records),
         "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "environment": environment(),
+        "cell_environments": cell_environments(records),
     }
     results["cells"] = [
         {"cell_id": s.cell_id, "stage": s.cell.stage, "task": s.cell.task, "method": s.cell.method,
@@ -386,10 +364,18 @@ def _judged_line(claims: Sequence[Dict[str, Any]]) -> str:
     return f"Judged (not \"{rules.NOT_TESTABLE}\"): {len(judged)} of {len(claims)} claims."
 
 
+def machine_lines(study: Dict[str, Any]) -> List[str]:
+    """Where the cells ran (from their records) and, when the report was written elsewhere, where that was."""
+    here, ran = study["environment"], study.get("cell_environments") or []
+    if not ran or (len(ran) == 1 and ran[0]["environment"] == here):
+        return [f"* machine: {describe(here)}"]
+    return ([f"* cells ran on: {describe(entry['environment'])} ({entry['cells']} cells)" for entry in ran]
+            + [f"* report written on: {describe(here)}"])
+
+
 def render_markdown(results: Dict[str, Any], states: Sequence[CellState], figures: Dict[str, str],
                     command: Optional[str]) -> str:
     study = results["study"]
-    env = study["environment"]
     claims_rows = [[str(c["id"]), c["claim"], f"**{c['verdict']}**", c["evidence"], c["rule"]] for c in results["claims"]]
     cells = ", ".join(f"{n} {status}" for status, n in sorted(study["cells"].items()))
     out = [
@@ -403,9 +389,7 @@ def render_markdown(results: Dict[str, Any], states: Sequence[CellState], figure
         "* learning-rate schedule: " + ("constant (as the official BitFit code)" if study.get("lr_scheduler_type") ==
                                         "constant" else (study.get("lr_scheduler_type") or "linear decay to 0 (the "
                                                                                             "recipes' default)")),
-        f"* machine: {env['platform']}, {env['cpu_count']} CPUs" + (f", GPU {env['cuda']}" if env.get("cuda") else "")
-        + f"; python {env['python']}, torch {env['torch']}, transformers {env['transformers']}"
-        + (f", datasets {env['datasets']}" if env.get("datasets") else ""),
+        *machine_lines(study),
         f"* cells: {cells}; summed cell wall time {study['cell_wall_s'] / 60:.1f} min "
         f"(CPU time {study['cell_cpu_s'] / 60:.1f} min); report written {study['written_at']}",
         "",

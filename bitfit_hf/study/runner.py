@@ -30,6 +30,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from bitfit_hf.study.grid import Budget, Cell, StudySettings, plan, sweep_plan
+from bitfit_hf.study.machine import environment
 from bitfit_hf.study.outcome import read_outcome
 from bitfit_hf.study.state import NOT_AVAILABLE, WAITING, CellState
 from bitfit_hf.study.sweep import choose_rates, chosen_rates
@@ -166,6 +167,7 @@ class Study:
         self.retry_failed = retry_failed
         self.keep_outputs = keep_outputs
         self.python = python or sys.executable
+        self._environment: Optional[Dict[str, Any]] = None
 
     # ---- where things live --------------------------------------------------------------------------
     def record_path(self, cell_id: str) -> str:
@@ -211,6 +213,8 @@ class Study:
         if jobs < 1:
             raise StudyError(f"--jobs {jobs}: must be at least 1.")
         with _exclusive(self.output_dir):
+            if self._environment is None:  # once, before any worker thread: every record says where it ran
+                self._environment = environment()
             states = self.states()
             counts = {status: sum(s.status == status for s in states)
                       for status in ("pending", "done", "failed", "unavailable", WAITING)}
@@ -336,6 +340,7 @@ class Study:
             "wall_s": wall,
             "cpu_s": cpu_s,
             "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "environment": self._environment,
             "log": os.path.relpath(log_path, self.output_dir),
         }
         if returncode != 0:

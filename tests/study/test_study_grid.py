@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
@@ -232,6 +233,9 @@ def test_runner_records_results_and_failures_of_each_cell(tmp_path):
     assert record["score"] == pytest.approx(52.0) and record["train_score"] == pytest.approx(90.0)
     assert record["train_time_s"] == pytest.approx(5.0)  # 10 s minus the 5 s of evaluations inside training
     assert record["epochs_to_converge"] == 2.0 and record["peak_rss_mb"] > 0
+    import torch
+
+    assert record["environment"]["torch"] == torch.__version__ and record["environment"]["platform"]  # where it ran
     run = tmp_path / "study" / "runs" / record["cell_id"]
     assert sorted(p.name for p in run.iterdir()) == ["all_results.json", "trainer_state.json"]  # weights dropped
     # a second run skips finished and failed cells; --retry_failed runs the failures again
@@ -414,3 +418,36 @@ def test_sweep_factors_widen_the_grid_from_the_command_line(tmp_path, capsys):
     for bad, message in ((["--sweep_factors", "0", "1"], "positive"), (["--sweep_factors", "1", "--no_sweep"], "--no_sweep")):
         assert cli_main(["study", "--dry-run", *bad, "--output_dir", out_dir]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_the_report_says_where_its_cells_ran_when_it_is_rebuilt_elsewhere():
+    from bitfit_hf.study.machine import cell_environments
+    from bitfit_hf.study.report import machine_lines
+
+    gpu = {"platform": "Linux-6.18-x86_64", "cpu_count": 16, "cuda": "NVIDIA H200", "python": "3.12.3",
+           "torch": "2.11.0+cu130", "transformers": "5.24.0"}
+    here = {**gpu, "cpu_count": 2, "cuda": None, "torch": "2.13.0+cpu"}
+    records = [{"environment": gpu}, {"environment": gpu}, {}]  # the last: a record from before cells carried one
+    assert cell_environments(records) == [{"environment": gpu, "cells": 2}]
+    lines = machine_lines({"environment": here, "cell_environments": cell_environments(records)})
+    assert lines[0].startswith("* cells ran on: Linux-6.18-x86_64, 16 CPUs, GPU NVIDIA H200") and "(2 cells)" in lines[0]
+    assert lines[1].startswith("* report written on: Linux-6.18-x86_64, 2 CPUs; python 3.12.3, torch 2.13.0+cpu")
+    # written where the cells ran: one line; no record with an environment: the report's machine, as before
+    assert machine_lines({"environment": gpu, "cell_environments": cell_environments(records)}) == [
+        "* machine: Linux-6.18-x86_64, 16 CPUs, GPU NVIDIA H200; python 3.12.3, torch 2.11.0+cu130, transformers 5.24.0"]
+    assert machine_lines({"environment": here, "cell_environments": []})[0].startswith("* machine: Linux-6.18-x86_64, 2 CPUs")
+
+
+def test_a_report_of_cuda_cells_can_be_rebuilt_on_a_machine_without_a_gpu(monkeypatch, tmp_path):
+    import torch
+
+    from bitfit_hf.study import command
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    for flag in ("--report_only", "--dry-run"):
+        args = parser.parse_args(["--device", "cuda", flag, "--output_dir", str(tmp_path)])
+        assert command._study(args).settings.device == "cuda"  # the cells' identity keeps the device
+    with pytest.raises(command.StudyError, match="no CUDA device"):  # running cells still needs one
+        command._study(parser.parse_args(["--device", "cuda", "--output_dir", str(tmp_path)]))
