@@ -196,3 +196,21 @@ def test_predict_split_scores_another_split(tmp_path):
         load_raw_datasets(Args())
     Args.predict_split = "test"
     assert load_raw_datasets(Args())["test"]["sentence"] == ["meh"]
+
+
+def test_a_constant_prediction_is_called_out_with_the_majority_class_score(caplog):
+    labels = np.array([1] * 53 + [0] * 47)
+    constant = np.tile([0.2, 0.9], (100, 1))  # every example "positive": the run learned nothing
+    with caplog.at_level("WARNING", logger="bitfit_hf.recipe_kit.tasks.classification"):
+        out = make_compute_metrics(None, False)(EvalPrediction(predictions=constant, label_ids=labels))
+    assert out == {"accuracy": 0.53}  # the metrics themselves are unchanged
+    [record] = [r for r in caplog.records if "same class" in r.getMessage()]
+    assert "all 100" in record.getMessage() and "majority class" in record.getMessage() and "53.0%" in record.getMessage()
+    assert "--learning_rate" in record.getMessage()
+    caplog.clear()
+    varied = np.tile([0.2, 0.9], (100, 1))
+    varied[:10] = [0.9, 0.2]
+    with caplog.at_level("WARNING", logger="bitfit_hf.recipe_kit.tasks.classification"):
+        make_compute_metrics(None, False)(EvalPrediction(predictions=varied, label_ids=labels))
+        make_compute_metrics(None, False)(EvalPrediction(predictions=constant[:5], label_ids=labels[:5]))  # too few to say
+    assert not [r for r in caplog.records if "same class" in r.getMessage()]

@@ -33,6 +33,7 @@ __all__ = [
     "check_texts",
     "make_tokenize_function",
     "make_compute_metrics",
+    "warn_if_constant",
     "read_glue_native",
     "write_predictions",
     "UNLABELED",
@@ -276,6 +277,26 @@ def make_tokenize_function(tokenizer, key1: str, key2: Optional[str], max_seq_le
     return tokenize
 
 
+#: Fewer scored examples than this say nothing about a constant prediction (a handful can agree by chance).
+CONSTANT_MIN_EXAMPLES = 20
+
+
+def warn_if_constant(preds: np.ndarray, labels: np.ndarray) -> bool:
+    """Warn when every scored example got the same class: the run learned nothing (it collapsed, or never left its
+    start), whatever its accuracy looks like; the warning puts that score beside the majority class's. Returns
+    whether it warned."""
+    if preds.size < CONSTANT_MIN_EXAMPLES or np.unique(preds).size != 1 or np.unique(labels).size < 2:
+        return False
+    values, counts = np.unique(labels, return_counts=True)
+    majority = counts.max() / labels.size
+    logger.warning(
+        "all %d evaluated examples were given the same class (%s): the model learned a constant prediction, which "
+        "scores %.1f%% here (the majority class %s scores %.1f%%). Training collapsed or never started: try a lower "
+        "--learning_rate (or a separate --head_learning_rate), --warmup_ratio 0.1, or more training steps.",
+        preds.size, preds.flat[0], 100 * float((preds == labels).mean()), values[counts.argmax()], 100 * majority)
+    return True
+
+
 def make_compute_metrics(task: Optional[GlueTask], is_regression: bool) -> Callable:
     """``compute_metrics`` for ``Trainer``: GLUE's official metrics (the packaged ``evaluate`` module), else
     accuracy (or MSE, Pearson, Spearman for regression)."""
@@ -286,6 +307,7 @@ def make_compute_metrics(task: Optional[GlueTask], is_regression: bool) -> Calla
         preds = np.squeeze(preds, axis=-1) if is_regression and preds.ndim == 2 else preds
         if not is_regression:
             preds = np.argmax(preds, axis=-1)
+            warn_if_constant(preds, labels)
         if task is not None:
             return load_metric("glue", task.name).compute(predictions=preds, references=labels)
         if is_regression:
