@@ -471,13 +471,15 @@ def _method_role_texts() -> Dict[str, str]:
 
 
 def _method(cfg: AdapterConfig):
-    """The registered spec of a method with its own card text (``None`` for BitFit, and for the random
-    baselines, whose card is BitFit's with weight entries in place of biases)."""
-    if cfg.method == "bitfit" or cfg.sparse_parameters:
+    """The registered spec of a method with its own card text (a ``display_name``); ``None`` for the methods that
+    use BitFit's card (BitFit, and the random baselines with weight entries in place of biases)."""
+    if cfg.sparse_parameters:
         return None
     try:
         spec = method_spec(cfg.method)
     except ValueError:
+        return None
+    if not spec.display_name:
         return None
     variant = spec.card_variant(cfg.tuner_config()) if spec.card_variant else None
     if variant is not None:
@@ -533,7 +535,7 @@ def _selection_lines(cfg: AdapterConfig) -> List[str]:
         lines = [f"random entries of {len(cfg.sparse_parameters)} weight matrices ({cfg.method}"
                  + (f", random_seed {seed}" if seed is not None else "")
                  + f"), as many as the bias terms `{' '.join(cfg.bias_terms)}`"]
-    elif cfg.method != "bitfit":
+    elif cfg.method_config:  # a method's own fields (BitFit has none beyond the bias terms)
         lines = ["method settings: " + ", ".join(f"`{k}={v}`" for k, v in sorted(cfg.method_config.items()))]
     if cfg.patterns:
         lines.append("extra patterns: " + ", ".join(f"`{p}`" for p in cfg.patterns))
