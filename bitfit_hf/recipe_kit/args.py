@@ -114,6 +114,35 @@ BitFitArguments = compose_method_arguments(RECIPE_METHODS, DEFAULT_METHOD, METHO
 # --------------------------------------------------------------------------- device
 
 
+#: Flags that transformers renamed or dropped, with what takes their place.
+_RENAMED_FLAGS = {"--warmup_ratio": "--warmup_steps (a value below 1 is a fraction of the training steps, as "
+                                    "--warmup_ratio was: --warmup_steps 0.1)",
+                  "--evaluation_strategy": "--eval_strategy"}
+
+
+def _field_names(parser) -> set:
+    """Every option the recipe's argument dataclasses define (their field names)."""
+    import dataclasses
+
+    return {f.name for kind in parser.dataclass_types for f in dataclasses.fields(kind)}
+
+
+def _nearest_hint(flags: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """For each unknown ``--flag``: what replaced it, or the nearest option the recipe knows; then where to look."""
+    import difflib
+
+    options = [f"--{name}" for name in _field_names(parser)]
+    hints = []
+    for flag in dict.fromkeys(f.split("=", 1)[0] for f in flags):
+        if flag in _RENAMED_FLAGS:
+            hints.append(f"{flag}: use {_RENAMED_FLAGS[flag]}")
+        else:
+            close = difflib.get_close_matches(flag, options, n=1, cutoff=0.75)
+            if close:
+                hints.append(f"{flag}: did you mean {close[0]}?")
+    return ("; ".join(hints) + ". " if hints else "") + "Run the recipe with --help for every option."
+
+
 def default_use_cpu() -> bool:
     """Whether ``TrainingArguments.use_cpu`` should default to True: no accelerator is present.
 
@@ -249,8 +278,17 @@ def parse_recipe_args(
 
     if from_file:
         values = {**applied, **file_values}
+        known = _field_names(parser)
+        unknown_keys = [key for key in file_values if key not in known]
+        if unknown_keys:
+            raise RecipeError(f"unknown key(s) in {argv[0]}: {', '.join(unknown_keys)}. "
+                              + _nearest_hint([f"--{key}" for key in unknown_keys], parser))
         parsed = parser.parse_dict(values)
     else:
-        parsed = parser.parse_args_into_dataclasses(args=to_argv(applied) + argv, look_for_args_file=False)
+        *parsed, remaining = parser.parse_args_into_dataclasses(args=to_argv(applied) + argv, look_for_args_file=False,
+                                                                 return_remaining_strings=True)
+        if remaining:
+            raise RecipeError(f"unknown option(s): {' '.join(remaining)}. "
+                              + _nearest_hint([s for s in remaining if s.startswith("--")], parser))
     model_args, data_args, bitfit_args, training_args = parsed
     return ParsedArgs(model_args, data_args, bitfit_args, training_args, applied, offline_data)

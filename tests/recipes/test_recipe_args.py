@@ -198,3 +198,14 @@ def test_bias_family_flags():
 def test_bad_bias_family_arguments(kwargs, message):
     with pytest.raises(RecipeError, match=message):
         BitFitArguments(**kwargs).bitfit_config()
+
+
+def test_an_unknown_flag_is_a_clear_error_with_the_nearest_known_one(tmp_path):
+    with pytest.raises(RecipeError, match=r"unknown option\(s\): --warmup_ratio 0\.1.*--warmup_steps 0\.1"):
+        parse("--warmup_ratio", "0.1")  # transformers 5 dropped it: a fraction goes to --warmup_steps
+    with pytest.raises(RecipeError, match=r"--learnig_rate: did you mean --learning_rate"):
+        parse("--learnig_rate", "1e-3")
+    args_file = tmp_path / "args.json"
+    args_file.write_text('{"output_dir": "out", "warmup_ratio": 0.1}')
+    with pytest.raises(RecipeError, match=r"unknown key\(s\) in .*args\.json: warmup_ratio"):
+        parse(str(args_file))
