@@ -292,7 +292,7 @@ def warn_if_constant(preds: np.ndarray, labels: np.ndarray) -> bool:
     logger.warning(
         "all %d evaluated examples were given the same class (%s): the model learned a constant prediction, which "
         "scores %.1f%% here (the majority class %s scores %.1f%%). Training collapsed or never started: try a lower "
-        "--learning_rate, --warmup_ratio 0.1, or more training steps.",
+        "--learning_rate (on a base-size checkpoint, a third of the recipes' default), or more training steps.",
         preds.size, preds.flat[0], 100 * float((preds == labels).mean()), values[counts.argmax()], 100 * majority)
     return True
 
