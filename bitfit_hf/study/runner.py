@@ -297,6 +297,12 @@ class Study:
                 stop.set()  # the workers kill their children and record nothing
                 raise
 
+    def portable_command(self, cell: Cell, cell_id: str) -> List[str]:
+        """The cell's command as a record keeps it: ``python recipes/<recipe>.py ... --output_dir runs/<id>``, with no
+        path of this machine (the interpreter, the checkout, the study folder), so records travel with the study."""
+        return ["python", f"recipes/{cell.spec.recipe}.py", *cell.recipe_args(self.settings),
+                "--output_dir", os.path.relpath(self.run_dir(cell_id), self.output_dir)]
+
     def _run_cell(self, cell: Cell, cell_id: str, recipes_dir: str, threads: Optional[int] = None,
                   stop: Optional[threading.Event] = None) -> Dict[str, Any]:
         run_dir = self.run_dir(cell_id)
@@ -336,7 +342,7 @@ class Study:
             "learning_rate": cell.learning_rate,
             "stage": cell.stage,
             "purposes": list(cell.purposes),
-            "command": command,
+            "command": self.portable_command(cell, cell_id),
             "wall_s": wall,
             "cpu_s": cpu_s,
             "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

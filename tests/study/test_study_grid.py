@@ -236,6 +236,10 @@ def test_runner_records_results_and_failures_of_each_cell(tmp_path):
     import torch
 
     assert record["environment"]["torch"] == torch.__version__ and record["environment"]["platform"]  # where it ran
+    # the recorded command names no path of this machine: the records travel with a report rebuilt elsewhere
+    assert record["command"][:2] == ["python", "recipes/glue.py"]
+    assert record["command"][-2:] == ["--output_dir", f"runs/{record['cell_id']}"]
+    assert str(tmp_path) not in json.dumps(record)
     run = tmp_path / "study" / "runs" / record["cell_id"]
     assert sorted(p.name for p in run.iterdir()) == ["all_results.json", "trainer_state.json"]  # weights dropped
     # a second run skips finished and failed cells; --retry_failed runs the failures again
