@@ -285,9 +285,9 @@ def warn_if_constant(preds: np.ndarray, labels: np.ndarray) -> bool:
     """Warn when every scored example got the same class: the run learned nothing (it collapsed, or never left its
     start), whatever its accuracy looks like; the warning puts that score beside the majority class's. Returns
     whether it warned."""
-    if preds.size < CONSTANT_MIN_EXAMPLES or np.unique(preds).size != 1 or np.unique(labels).size < 2:
-        return False
     values, counts = np.unique(labels, return_counts=True)
+    if preds.size < CONSTANT_MIN_EXAMPLES or values.size < 2 or np.unique(preds).size != 1:
+        return False
     majority = counts.max() / labels.size
     logger.warning(
         "all %d evaluated examples were given the same class (%s): the model learned a constant prediction, which "
