@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -14,6 +15,12 @@ from transformers import Trainer
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.base_check import check_same_base
+from bitfit_hf.training.async_step import (
+    FlopCounter,
+    finite_or_running_mean,
+    trained_parameters,
+    use_non_blocking_copies,
+)
 from bitfit_hf.reporting.heatmap import BiasChange, snapshot_biases
 from bitfit_hf.training.checkpoints import (
     CheckpointError,
@@ -116,8 +123,14 @@ class BitFitTrainerBase(Trainer):
         self.base_model_name_or_path = base_model_name_or_path
         self.base_model_revision = base_model_revision
         self.adapter_metadata = dict(adapter_metadata or {})  # recorded in every adapter saved (text_columns, ...)
+        if args is not None:  # before the Trainer builds its accelerator: batches copied without waiting
+            use_non_blocking_copies(args)
         with biases_count_as_adapter(model, state.selection.trainable_numel):  # QBitFit: quantized bases
             super().__init__(model, args, *trainer_args, **trainer_kwargs)
+        # The step's host work: docs/speed.md, bitfit_hf/training/async_step.py
+        self._flop_counter = FlopCounter()
+        self._clipped_parameters: Optional[List[nn.Parameter]] = None
+        self._nonfinite_on_device = bool(self.args.logging_nan_inf_filter) and _keeps_running_loss(Trainer)
         protect_secret_fields(self.args)  # training_args.bin (full-model saves) is a pickle of the args
         self.model_accepts_loss_kwargs = loss_uses_num_items(unwrap(self.model))
         # Stop launches that exit 0 while training wrongly (ranks alone, DeepSpeed off): docs/distributed.md
@@ -201,7 +214,44 @@ class BitFitTrainerBase(Trainer):
             logger.info("BitFit trainable parameters:\n%s", self.bitfit_state.summary)
             self._summary_logged = True
         reset_evaluation_wrapping(self)  # evaluate() before train() left the model unwrappable (DDP) / an inference engine
-        return super().train(resume_from_checkpoint, *args, **kwargs)
+        with self._loop_nan_inf_filter(False):  # training_step filters on the device instead
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def _loop_nan_inf_filter(self, on: bool):
+        """``args.logging_nan_inf_filter`` as ``on`` for the block where the filter runs on the device (training
+        turns the loop's own check off, evaluation back on), restored after."""
+        before = self.args.logging_nan_inf_filter
+        if self._nonfinite_on_device:
+            self.args.logging_nan_inf_filter = on
+        try:
+            yield
+        finally:
+            self.args.logging_nan_inf_filter = before
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """``Trainer.training_step``; a non-finite loss is replaced for logging on the device (the value
+        ``logging_nan_inf_filter`` would log), so the loop reads nothing back from the device."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if not self._nonfinite_on_device:
+            return loss
+        since_log = self.state.global_step - getattr(self, "_globalstep_last_logged", self.state.global_step)
+        return finite_or_running_mean(loss, getattr(self, "_tr_loss", None), since_log)
+
+    def floating_point_ops(self, inputs) -> int:
+        """``Trainer``'s figure (6 x tokens x non-embedding parameters), the parameters counted once."""
+        return self._flop_counter(self.model, inputs)
+
+    def _clip_grad_norm(self, model):
+        """``Trainer``'s clipping over the tensors that can hold a gradient (the same norm, without walking the
+        frozen ones every step); DeepSpeed and FSDP clip their own way."""
+        mixed_meshes = getattr(self, "_has_mixed_mesh_grads", None)  # tensor-parallel DTensors: Trainer's own way
+        if (self.is_deepspeed_enabled or self.is_fsdp_enabled or not hasattr(Trainer, "_clip_grad_norm")
+                or (mixed_meshes is not None and mixed_meshes(model))):
+            return super()._clip_grad_norm(model)
+        if self._clipped_parameters is None:
+            self._clipped_parameters = trained_parameters(model)
+        return self.accelerator.clip_grad_norm_(self._clipped_parameters, self.args.max_grad_norm)
 
     def check_resume(self, checkpoint: str) -> None:
         """The checkpoint belongs to this run, or a clear error before anything changes: the same method and
@@ -241,7 +291,8 @@ class BitFitTrainerBase(Trainer):
         return result + penalty.to(result.dtype)
 
     def evaluation_loop(self, *args, **kwargs):
-        with zero12_evaluation_before_training(self):  # DeepSpeed builds no ZeRO-1/2 inference engine
+        # DeepSpeed builds no ZeRO-1/2 inference engine; evaluation filters its losses as the user chose.
+        with zero12_evaluation_before_training(self), self._loop_nan_inf_filter(True):
             return super().evaluation_loop(*args, **kwargs)
 
     # ---- saving --------------------------------------------------------------------------------
@@ -325,6 +376,18 @@ class BitFitTrainerBase(Trainer):
             BitFitAdapter.from_directory(best).apply_to(self.model)
             return
         return super()._load_best_model()
+
+
+def _keeps_running_loss(trainer_class) -> bool:
+    """Whether this transformers keeps the running training loss on the trainer (``self._tr_loss``), which the
+    on-device non-finite filter reads; older versions keep it in a local variable, and keep their own filter."""
+    for name in ("_run_epoch", "_inner_training_loop"):
+        try:
+            if "self._tr_loss" in inspect.getsource(getattr(trainer_class, name)):
+                return True
+        except (AttributeError, OSError, TypeError):
+            continue
+    return False
 
 
 def _snapshot_base_biases(model: nn.Module, state) -> Dict[str, torch.Tensor]:
