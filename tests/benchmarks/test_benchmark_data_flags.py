@@ -1,0 +1,169 @@
+"""``--train_file`` / ``--validation_file`` / ``--model_name_or_path`` of the method comparison (``method_defaults.py``)
+and the learning-rate sweep (``lr_sweep.py``) reach ``recipes/glue.py``'s command line, and their results never land in (or resume from)
+another data set's file. The recipe is replaced by a stub that writes what it would (no training here); the slow test
+runs one tiny real row on CSV files."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def benchmarks(monkeypatch):
+    """The two scripts as modules (method_defaults imports lr_sweep as a sibling, as when run as a script)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    return importlib.import_module("lr_sweep"), importlib.import_module("method_defaults")
+
+
+@pytest.fixture
+def recipe_calls(monkeypatch):
+    """Stand in for the recipe: record each command line and write the files a finished run leaves."""
+    calls = []
+    real_run = subprocess.run
+
+    def fake_run(command, **kwargs):
+        if "--output_dir" not in command:  # not the recipe (platform.processor() asks `uname -p`)
+            return real_run(command, **kwargs)
+        calls.append(command)
+        out = Path(command[command.index("--output_dir") + 1])
+        (out / "all_results.json").write_text(json.dumps({"eval_accuracy": 0.75, "init_eval_accuracy": 0.5,
+                                                          "train_loss": 0.4}))
+        (out / "run_args.json").write_text(json.dumps({"training_args": {"learning_rate": 0.003, "seed": 42}}))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    return calls
+
+
+@pytest.fixture
+def csv_files(tmp_path):
+    train, dev = tmp_path / "my train.csv", tmp_path / "dev.csv"
+    train.write_text("sentence,label\n" + "".join(f"text {i},{i % 2}\n" for i in range(40)))
+    dev.write_text("sentence,label\na,1\nb,1\nc,0\nd,1\n")
+    return train, dev
+
+
+def flag(command, name):
+    return command[command.index(name) + 1] if name in command else None
+
+
+def test_method_comparison_trains_and_scores_on_the_users_files(benchmarks, recipe_calls, csv_files, tmp_path, capsys):
+    _, method_defaults = benchmarks
+    train, dev = csv_files
+    results = tmp_path / "rows.jsonl"
+    assert method_defaults.main(["--methods", "bitfit,lora", "--train_file", str(train), "--validation_file", str(dev),
+                                 "--results", str(results), "--threads", "1"]) == 0
+    assert len(recipe_calls) == 2
+    for command in recipe_calls:
+        assert command[1] == method_defaults.RECIPE
+        assert flag(command, "--train_file") == str(train.resolve()) and flag(command, "--validation_file") == str(dev.resolve())
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert all(row["data"] == ["--train_file", str(train.resolve()), "--validation_file", str(dev.resolve())] for row in rows)
+    assert "'" + str(train.resolve()) + "'" in rows[0]["command"]  # quoted: the path has a space
+    table = (tmp_path / "rows.md").read_text()
+    assert "Majority class of those examples: **75.0%**" in table and "scored on the validation file" in table
+    # a second call resumes: nothing runs again
+    assert method_defaults.main(["--methods", "bitfit,lora", "--train_file", str(train), "--validation_file", str(dev),
+                                 "--results", str(results)]) == 0
+    assert len(recipe_calls) == 2
+    capsys.readouterr()
+
+
+def test_method_comparison_refuses_half_the_data_and_other_datas_results(benchmarks, recipe_calls, csv_files, tmp_path,
+                                                                          capsys):
+    _, method_defaults = benchmarks
+    train, dev = csv_files
+    for argv, message in (
+        (["--train_file", str(train)], "--train_file needs --validation_file"),
+        (["--validation_file", str(dev)], "--validation_file scores runs trained on --train_file"),
+        (["--train_file", str(tmp_path / "nope.csv"), "--validation_file", str(dev)], "nope.csv: no such file"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            method_defaults.main(argv)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    # the committed measurements (offline default data) are never resumed by, or mixed with, a run on other data
+    committed = ROOT / "benchmarks" / "results" / "method_defaults.jsonl"
+    with pytest.raises(SystemExit):
+        method_defaults.main(["--train_file", str(train), "--validation_file", str(dev), "--results", str(committed)])
+    assert "holds runs on other data (the offline default data)" in capsys.readouterr().err
+    assert recipe_calls == []
+
+
+def test_own_data_results_default_to_outputs(benchmarks, recipe_calls, csv_files, tmp_path, monkeypatch, capsys):
+    _, method_defaults = benchmarks
+    train, dev = csv_files
+    monkeypatch.chdir(tmp_path)
+    assert method_defaults.main(["--methods", "frozen", "--train_file", str(train), "--validation_file", str(dev)]) == 0
+    assert (tmp_path / "outputs" / "method_defaults-my train.jsonl").is_file()
+    assert (tmp_path / "outputs" / "method_defaults-my train.md").is_file()
+    capsys.readouterr()
+
+
+def test_sweep_carves_its_dev_split_from_the_train_file_or_scores_on_the_validation_file(
+        benchmarks, recipe_calls, csv_files, tmp_path, capsys):
+    lr_sweep, _ = benchmarks
+    train, dev = csv_files
+    assert lr_sweep.main(["--methods", "bitfit", "--seeds", "0", "--dev-size", "8", "--train_file", str(train),
+                          "--results", str(tmp_path / "carved.jsonl")]) == 0
+    assert len(recipe_calls) == len(lr_sweep.GRID["bitfit"])
+    for command in recipe_calls:
+        assert flag(command, "--train_file") == str(train.resolve()) and "--validation_file" not in command
+        assert flag(command, "--dev_split_from_train") == "8"
+    recipe_calls.clear()
+    assert lr_sweep.main(["--methods", "lora", "--seeds", "0", "--train_file", str(train), "--validation_file", str(dev),
+                          "--results", str(tmp_path / "dev.jsonl")]) == 0
+    assert recipe_calls and all("--dev_split_from_train" not in command for command in recipe_calls)
+    assert all(flag(command, "--validation_file") == str(dev.resolve()) for command in recipe_calls)
+    assert "scored on the validation file" in (tmp_path / "dev.md").read_text()
+    capsys.readouterr()
+
+
+def test_another_base_reaches_the_recipe_and_names_the_results(benchmarks, recipe_calls, csv_files, tmp_path,
+                                                                monkeypatch, capsys):
+    lr_sweep, method_defaults = benchmarks
+    train, dev = csv_files
+    monkeypatch.chdir(tmp_path)
+    assert method_defaults.main(["--methods", "bitfit", "--model_name_or_path", "mpnet"]) == 0
+    (command,) = recipe_calls
+    assert flag(command, "--model_name_or_path") == "mpnet" and "--train_file" not in command
+    assert (tmp_path / "outputs" / "method_defaults-mpnet.jsonl").is_file()
+    recipe_calls.clear()
+    (tmp_path / "base").mkdir()
+    assert lr_sweep.main(["--methods", "bitfit", "--seeds", "0", "--model_name_or_path", "base", "--train_file",
+                          str(train), "--validation_file", str(dev)]) == 0
+    assert all(flag(c, "--model_name_or_path") == str(tmp_path / "base") for c in recipe_calls)  # a folder: absolute
+    assert (tmp_path / "outputs" / "lr_sweep-my train.jsonl").is_file()
+    capsys.readouterr()
+
+
+def test_default_data_commands_are_unchanged(benchmarks, recipe_calls, tmp_path, capsys):
+    """Without data flags the recipe gets exactly the committed tables' command lines."""
+    lr_sweep, _ = benchmarks
+    row = lr_sweep.run_cell("bitfit", 3e-3, 0, 1000, 1, [])
+    assert row["command"] == ("python recipes/glue.py --method bitfit --learning_rate 0.003 --seed 0 "
+                              "--dev_split_from_train 1000 --eval_before_training false --save_strategy no "
+                              "--report_to none")
+    assert "data" not in row
+
+
+@pytest.mark.slow
+def test_method_comparison_quick_on_csv_files(csv_files, tmp_path):
+    """One tiny real row: the recipe reads the CSV files, and the row records them."""
+    train, dev = csv_files
+    results = tmp_path / "rows.jsonl"
+    command = [sys.executable, str(ROOT / "benchmarks" / "method_defaults.py"), "--quick", "--methods", "bitfit",
+               "--train_file", str(train), "--validation_file", str(dev), "--results", str(results)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert row["data"][1] == str(train.resolve()) and 0.0 <= row["accuracy"] <= 1.0
