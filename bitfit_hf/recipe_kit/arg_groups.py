@@ -127,6 +127,12 @@ FROZEN_DTYPE_HELP = ("Where frozen (untrained) Linear weights live: float32, or 
                      "trained tensors and their optimizer state stay float32, and the training computes the same "
                      "numbers). auto: bfloat16 when training on a CUDA GPU with --bf16, float32 otherwise. "
                      "See bitfit_hf/training/frozen_dtype.py.")
+FAST_PATH_HELP = ("Train at the GPU's speed: torch.compile in reduce-overhead mode (CUDA graphs), batches padded to a "
+                  "few lengths (--length_buckets) and the last partial training batch dropped, so the compiled step is "
+                  "captured once per length. auto: on for a CUDA run long enough to pay back the compile time, off "
+                  "otherwise; on / off: as said. --torch_compile True counts as on. See docs/speed.md.")
+LENGTH_BUCKETS_HELP = ("Comma-separated lengths batches are padded to on the fast path (default: four, halving from "
+                       "--max_seq_length, e.g. 16,32,64,128).")
 OVERWRITE_HELP = ("Write over the outputs of an earlier run in --output_dir (its adapter, checkpoints and results); "
                   "without it (and without --resume_from_checkpoint) a run refuses a folder that holds them.")
 _TRAINING_CLASSES: Dict[type, type] = {}
@@ -134,7 +140,7 @@ _TRAINING_CLASSES: Dict[type, type] = {}
 
 def recipe_training_class(base: type) -> type:
     """``base`` (``TrainingArguments``) with the recipes' own training flags: ``--frozen_dtype`` (read by
-    ``BitFitTrainer``), and ``--overwrite_output_dir`` where transformers dropped it (transformers 5; the recipes
+    ``BitFitTrainer``), ``--fast_path`` / ``--length_buckets`` (:mod:`bitfit_hf.recipe_kit.fast_path`), and ``--overwrite_output_dir`` where transformers dropped it (transformers 5; the recipes
     keep it, :func:`bitfit_hf.recipe_kit.output_dir.check_output_dir`). ``base`` itself when it has both."""
     known = getattr(base, "__dataclass_fields__", {})
     extra = []
@@ -143,6 +149,11 @@ def recipe_training_class(base: type) -> type:
     if "frozen_dtype" not in known:
         extra.append(("frozen_dtype", str, field(default="auto", metadata={
             "help": FROZEN_DTYPE_HELP, "choices": ["float32", "bfloat16", "auto"]})))
+    if "fast_path" not in known:
+        extra.append(("fast_path", str, field(default="auto", metadata={
+            "help": FAST_PATH_HELP, "choices": ["auto", "on", "off"]})))
+    if "length_buckets" not in known:
+        extra.append(("length_buckets", Optional[str], field(default=None, metadata={"help": LENGTH_BUCKETS_HELP})))
     if not extra:
         return base
     if base not in _TRAINING_CLASSES:

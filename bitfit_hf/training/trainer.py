@@ -15,13 +15,13 @@ from transformers import Trainer
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.base_check import check_same_base
+from bitfit_hf.reporting.heatmap import BiasChange, snapshot_biases
 from bitfit_hf.training.async_step import (
     FlopCounter,
     finite_or_running_mean,
     trained_parameters,
     use_non_blocking_copies,
 )
-from bitfit_hf.reporting.heatmap import BiasChange, snapshot_biases
 from bitfit_hf.training.checkpoints import (
     CheckpointError,
     check_resume_config,
