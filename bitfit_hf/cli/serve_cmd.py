@@ -4,7 +4,7 @@ Adapters are local folders or Hub ids (``NAME=SOURCE[@REVISION]``), or come from
 (YAML / JSON). Requests for different adapters share forward passes (mixed-task dynamic batching);
 adapters that insert modules are served by switching. Routes: POST /predict, GET /adapters, /health,
 /info, /metrics, and POST / DELETE /admin/adapters with the token in $BITFIT_HF_ADMIN_TOKEN. See
-docs/serving.md.
+docs/serving.md; container, Kubernetes and systemd files in deploy/.
 """
 
 from __future__ import annotations
@@ -18,20 +18,50 @@ from bitfit_hf.cli.errors import CliError
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
+#: Said under the options of ``serve --help``: the environment the server reads.
+ENVIRONMENT_HELP = (
+    "environment: BITFIT_HF_ADMIN_TOKEN turns the admin routes on (every call needs 'Authorization: Bearer "
+    "<token>'; unset: the routes answer 403); HF_TOKEN (or `hf auth login`) reads private Hub adapters and bases; "
+    "HF_HOME is the download cache. Pin Hub adapters to a commit (NAME=org/repo@<sha>) so every replica serves "
+    "the same files."
+)
+
+
+class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in ``--help``, as argparse words it, except where there is no value to show.
+
+    ``None`` (the option is off, or its help says what decides) and a store-true's ``False`` would read as
+    values, so those options say their default in their own help instead.
+    """
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def register(verbs) -> None:
     parser = verbs.add_parser("serve", help="serve many adapters on one base over HTTP (mixed-task batching)",
-                              description=__doc__.split("\n\n")[1].replace("\n", " "))
+                              description=__doc__.split("\n\n")[1].replace("\n", " ").replace("``", ""),
+                              epilog=ENVIRONMENT_HELP, formatter_class=_DefaultsHelpFormatter)
     parser.add_argument("adapters", nargs="*", metavar="ADAPTER",
-                        help="NAME=SOURCE[@REVISION] (a folder or a Hub id); the name defaults to the folder / repo name")
+                        help="NAME=SOURCE[@REVISION] (a folder or a Hub id; REVISION a branch, tag or commit of a Hub "
+                             "id); the name defaults to the folder / repo name; private Hub ids need HF_TOKEN")
     parser.add_argument("--adapter", action="append", default=[], metavar="NAME=SOURCE[@REVISION]",
                         help="one more adapter (repeatable)")
-    parser.add_argument("--adapters-file", help="YAML or JSON: {base_model: ..., adapters: {name: source or {source, revision}}}")
-    parser.add_argument("--base-model", help="load this base (folder or Hub id) instead of the one the adapters record")
+    parser.add_argument("--adapters-file",
+                        help="YAML or JSON: {base_model: ..., adapters: {name: source or {source, revision}}} "
+                             "(default: none; relative folders are read from the file's folder)")
+    parser.add_argument("--base-model", help="load this base (folder or Hub id) instead of the one the adapters "
+                                             "record (default: the first adapter's recorded base)")
     parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: beside the adapters, else the base's)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    parser.add_argument("--port", type=int, default=8080, help="port (0: any free port, printed at start)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on; 0.0.0.0: every interface. In a container (Docker, Kubernetes) "
+                             "pass --host 0.0.0.0: the default answers only inside the container")
+    parser.add_argument("--port", type=int, default=8080, help="port; 0 takes any free port and prints it at start")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda when there is one)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="dtype of the base's weights")
     parser.add_argument("--threads", type=int, help="torch threads of the worker (default: torch's)")
     parser.add_argument("--batching", default="mixed", choices=("mixed", "switch"),
                         help="mixed: adapters share forward passes; switch: one adapter per forward pass")
@@ -42,10 +72,13 @@ def register(verbs) -> None:
     parser.add_argument("--max-input-length", type=int, help="tokens per input (default: the model's limit)")
     parser.add_argument("--payload-limit", type=int, default=2_000_000, help="bytes in one request body (413 beyond)")
     parser.add_argument("--request-timeout", type=float, default=30.0, help="seconds from arrival to answer (504 beyond)")
-    parser.add_argument("--auto-truncate", action="store_true", help="cut over-long inputs unless a request says truncate: false")
-    parser.add_argument("--graceful-timeout", type=float, help="seconds to finish queued requests at shutdown (default: all)")
-    parser.add_argument("--access-log", action="store_true", help="log every request line (never headers)")
-    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    parser.add_argument("--auto-truncate", action="store_true",
+                        help="cut over-long inputs unless a request says truncate: false (default: off, refused)")
+    parser.add_argument("--graceful-timeout", type=float,
+                        help="seconds to finish queued requests after SIGTERM / Ctrl-C (default: all of them, "
+                             "however long; keep it below a process manager's kill timeout)")
+    parser.add_argument("--access-log", action="store_true", help="log every request line, never headers (default: off)")
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="log level of the server")
     parser.set_defaults(run=run)
 
 
