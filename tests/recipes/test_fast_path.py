@@ -1,0 +1,73 @@
+"""The recipes' --fast_path decision and set-up (bitfit_hf/recipe_kit/fast_path.py), without training."""
+
+from __future__ import annotations
+
+import pytest
+import transformers as T
+
+from bitfit_hf.recipe_kit import parse_recipe_args
+from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.recipe_kit.fast_path import BREAK_EVEN_STEPS, apply_fast_path, decide, planned_steps
+from bitfit_hf.training.static_shapes import BucketPadding
+
+
+def _args(*argv):
+    from recipe_support import load_recipe
+
+    glue = load_recipe("glue")
+    return parse_recipe_args(glue.GlueDataArguments, glue.DEFAULTS, ["--output_dir", "/tmp/unused", *argv]).training
+
+
+class _Padder(T.DataCollatorWithPadding):
+    def __init__(self):
+        super().__init__(tokenizer=None)
+
+
+def test_the_flags_parse():
+    assert _args().fast_path == "auto" and _args().length_buckets is None
+    assert _args("--fast_path", "on", "--length_buckets", "32,64").length_buckets == "32,64"
+    with pytest.raises((RecipeError, SystemExit)):
+        _args("--fast_path", "sometimes")
+
+
+def test_planned_steps():
+    args = _args("--per_device_train_batch_size", "32", "--num_train_epochs", "3")
+    assert planned_steps(args, 3200) == 300
+    assert planned_steps(_args("--max_steps", "7"), 3200) == 7
+    assert planned_steps(args, None) is None
+
+
+def test_auto_compiles_a_long_cuda_run_only():
+    long_run = _args("--max_steps", str(BREAK_EVEN_STEPS))
+    assert decide(long_run, None, cuda=True)[0] is True
+    assert decide(long_run, None, cuda=False) == (False, decide(long_run, None, cuda=False)[1])
+    assert "no CUDA device" in decide(long_run, None, cuda=False)[1]
+    on, why = decide(_args("--max_steps", str(BREAK_EVEN_STEPS - 1)), None, cuda=True)
+    assert not on and str(BREAK_EVEN_STEPS) in why
+    assert decide(_args("--fast_path", "on"), None, cuda=False)[0] is True
+    assert decide(_args("--fast_path", "off", "--max_steps", "99999"), None, cuda=True)[0] is False
+    assert decide(_args("--torch_compile", "True"), None, cuda=False)[0] is True  # the user's compile: buckets too
+
+
+def test_on_sets_the_compile_flags_and_buckets():
+    args = _args("--fast_path", "on", "--use_cpu")
+    collator = apply_fast_path(args, _Padder(), 128, 1000)
+    assert isinstance(collator, BucketPadding) and collator.buckets == (16, 32, 64, 128)
+    assert args.torch_compile and args.torch_compile_backend == "inductor" and args.dataloader_drop_last
+    assert args.torch_compile_mode == "default"  # CPU: no CUDA graphs to capture
+    chosen = _args("--fast_path", "on", "--use_cpu", "--length_buckets", "64,32", "--torch_compile_mode", "max-autotune")
+    assert apply_fast_path(chosen, _Padder(), 128, 1000).buckets == (32, 64)
+    assert chosen.torch_compile_mode == "max-autotune"  # the user's mode is kept
+    assert apply_fast_path(_args("--fast_path", "on"), T.default_data_collator, 128, 1000) is T.default_data_collator
+
+
+def test_off_changes_nothing():
+    args = _args("--fast_path", "off")
+    padder = _Padder()
+    assert apply_fast_path(args, padder, 128, 10**6) is padder
+    assert not args.torch_compile and not args.dataloader_drop_last
+
+
+def test_bad_buckets_are_one_clear_error():
+    with pytest.raises(RecipeError, match="--length_buckets"):
+        apply_fast_path(_args("--fast_path", "on", "--length_buckets", "x"), _Padder(), 128, 10)
