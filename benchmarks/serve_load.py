@@ -56,21 +56,32 @@ def sentences(n: int, seed: int = 0) -> List[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 24))) + "." for _ in range(n)]
 
 
-def build_adapters(root: str, n: int) -> Dict[str, str]:
-    """``n`` pooled MiniLM BitFit adapters in ``root``; returns ``{name: folder}``."""
+def base_path(base: Optional[str]) -> str:
+    """``--base`` (a checkpoint folder with its tokenizer), else the installed all-MiniLM-L6-v2."""
+    if base:
+        return base
+    from bitfit_hf.data.assets import minilm_path
+
+    return minilm_path()
+
+
+def build_adapters(root: str, n: int, base: Optional[str] = None) -> Dict[str, str]:
+    """``n`` BitFit adapters in ``root`` (pooled as the recipe trains them on MiniLM; on a ``--base`` that is not a
+    sentence-transformers checkpoint, its own pooler); returns ``{name: folder}``."""
     import torch
     import transformers as T
 
     from bitfit_hf import BitFitAdapter, BitFitConfig, apply_bitfit
-    from bitfit_hf.data.assets import minilm_path
     from bitfit_hf.utils.sentence_pooling import checkpoint_pooling, install_sentence_pooling
 
     T.logging.set_verbosity_error()
-    path = minilm_path()
+    path = base_path(base)
     torch.manual_seed(0)
     model = T.AutoModelForSequenceClassification.from_pretrained(
         path, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
-    install_sentence_pooling(model, checkpoint_pooling(path))  # as `accelerate launch recipes/glue.py` trains
+    pooling = checkpoint_pooling(path)
+    if pooling is not None:
+        install_sentence_pooling(model, pooling)  # as `accelerate launch recipes/glue.py` trains
     apply_bitfit(model, BitFitConfig("all"))
     trained = {name: p for name, p in model.named_parameters() if p.requires_grad}
     start = {name: p.detach().clone() for name, p in trained.items()}
@@ -86,14 +97,12 @@ def build_adapters(root: str, n: int) -> Dict[str, str]:
     return found
 
 
-def model_bytes() -> int:
-    """Bytes of one full MiniLM classification model (parameters + buffers), as each per-task copy would hold."""
+def model_bytes(base: Optional[str] = None) -> int:
+    """Bytes of one full classification model of the base (parameters + buffers), as each per-task copy would hold."""
     import torch
     import transformers as T
 
-    from bitfit_hf.data.assets import minilm_path
-
-    config = T.AutoConfig.from_pretrained(minilm_path(), num_labels=2)
+    config = T.AutoConfig.from_pretrained(base_path(base), num_labels=2)
     with torch.device("meta"):
         model = T.AutoModelForSequenceClassification.from_config(config)
     return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
@@ -117,7 +126,8 @@ def _status(pid: int) -> Dict[str, int]:
 
 
 class Server:
-    def __init__(self, adapters_file: str, tokenizer: str, batching: str, threads: int, max_batch: int, wait_ms: float):
+    def __init__(self, adapters_file: str, tokenizer: str, batching: str, threads: int, max_batch: int, wait_ms: float,
+                 device: str = "cpu", dtype: str = "float32"):
         # `bitfit-hf serve` through its own verb module only (the same code path; another verb's state in a
         # working tree being edited cannot stop the benchmark)
         launcher = ("import argparse, logging, sys; from bitfit_hf.cli import serve_cmd; "
@@ -126,7 +136,8 @@ class Server:
                     "sys.exit(a.run(a))")
         args = [sys.executable, "-c", launcher, "serve", "--adapters-file", adapters_file, "--tokenizer", tokenizer, "--port", "0",
                 "--threads", str(threads), "--batching", batching, "--max-batch-size", str(max_batch),
-                "--max-wait-ms", str(wait_ms), "--max-queue", "1024", "--log-level", "warning"]
+                "--max-wait-ms", str(wait_ms), "--max-queue", "1024", "--log-level", "warning", "--device", device,
+                "--dtype", dtype]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
         self.url = None
@@ -218,7 +229,8 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
     spec_file = os.path.join(workdir, f"{cfg['key']}.json")
     with open(spec_file, "w") as handle:
         json.dump({"adapters": {n: adapters[n] for n in names}}, handle)
-    server = Server(spec_file, tokenizer, cfg["batching"], args.threads, args.max_batch_size, args.max_wait_ms)
+    server = Server(spec_file, tokenizer, cfg["batching"], args.threads, args.max_batch_size, args.max_wait_ms,
+                    args.device, args.dtype)
     try:
         warm = closed_loop(server, names, texts, args.clients, args.warmup, seed=10_000 + rep)
         before = metrics_of(server)
@@ -250,6 +262,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the server (default 1)")
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    parser.add_argument("--base", default=None, help="a checkpoint folder with its tokenizer (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--device", default="cpu", help="the server's --device (default cpu)")
+    parser.add_argument("--dtype", default="float32", help="the server's --dtype (default float32)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args(argv)
@@ -261,8 +276,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     info["load_before"] = load_average()
     info["torch_threads"] = args.threads
     info["command"] = " ".join(["python benchmarks/serve_load.py", *(argv if argv is not None else sys.argv[1:])])
-    from bitfit_hf.data.assets import minilm_path
-
     configs = [{"key": "one", "n": 1, "batching": "mixed", "what": "(a) one adapter"}]
     configs += [{"key": f"mixed-{n}", "n": n, "batching": "mixed", "what": f"{n} adapters, mixed batches"} for n in counts if n > 1]
     biggest = max(counts)
@@ -273,17 +286,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     runs: Dict[str, List[dict]] = {c["key"]: [] for c in configs}
     with tempfile.TemporaryDirectory() as workdir:
         print(f"building {biggest} adapters ...", file=sys.stderr, flush=True)
-        adapters = build_adapters(workdir, biggest)
+        adapters = build_adapters(workdir, biggest, args.base)
         for rep in range(reps):
             order = configs[rep % len(configs):] + configs[: rep % len(configs)]
             for cfg in order:
-                result = run_config(cfg, adapters, minilm_path(), args, texts, workdir, rep)
+                result = run_config(cfg, adapters, base_path(args.base), args, texts, workdir, rep)
                 runs[cfg["key"]].append(result)
                 print(f"rep {rep} {cfg['key']}: {result['rps']:.1f} req/s, p50 {result['p50_ms']:.1f} ms, "
                       f"p99 {result['p99_ms']:.1f} ms, RSS {result['rss_bytes'] / 2**20:.0f} MiB, "
                       f"batch {result['mean_batch']:.1f} inputs / {result['mean_adapters_per_batch']:.1f} adapters",
                       file=sys.stderr, flush=True)
-    full_model = model_bytes()
+    full_model = model_bytes(args.base)
     info["load_after"] = load_average()
     rows = []
     one = runs["one"]
@@ -317,8 +330,8 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"ratios); one sentence of 6-24 words per request, adapter drawn uniformly; server `--threads "
               f"{args.threads} --max-batch-size {args.max_batch_size} --max-wait-ms {args.max_wait_ms}`; client "
               f"and server on the same machine (localhost). (c) = one-adapter RSS + (N-1) × {full_model / 2**20:.1f} "
-              "MiB (MiniLM's parameters and buffers, float32). Server CPU ms / request: the server process's user + system "
-              "CPU time during the measured requests over their number (less sensitive to other load on the machine "
+              f"MiB (the base's parameters and buffers, float32; server `--device {args.device} --dtype {args.dtype}`). "
+              "Server CPU ms / request: the server process's user + system CPU time during the measured requests over their number (less sensitive to other load on the machine "
               "than req/s).")
     markdown = "\n".join(md) + "\n\n" + footer(info)
     print(markdown)
