@@ -20,6 +20,8 @@ Rows:
 * ``plain``: the loop a user would write (forward, backward, clip, step, schedule, ``zero_grad``);
 * ``trainer``: ``transformers.Trainer`` over the same trainable set (``requires_grad`` set by hand);
 * ``bitfit``: ``BitFitTrainer`` (``bias_terms="all"``), as the recipes build it;
+* ``bitfit-stock``: the same with ``Trainer``'s own step put back (its per-step non-finite check, FLOP count and
+  clipping over every parameter): BitFitTrainer before its step changes (bitfit_hf/training/async_step.py);
 * ``bitfit-fast``: ``BitFitTrainer`` under the recipes' fast path (``torch_compile`` in
   ``reduce-overhead`` mode; on a CPU Inductor without CUDA graphs). Off unless ``--rows`` names it: compiling
   takes tens of seconds.
@@ -45,9 +47,10 @@ ROWS = {
     "plain": "plain PyTorch loop",
     "trainer": "`transformers.Trainer`, BitFit's trainable set",
     "bitfit": "`BitFitTrainer`",
+    "bitfit-stock": "`BitFitTrainer` with `Trainer`'s own step",
     "bitfit-fast": "`BitFitTrainer`, fast path (`torch_compile`, reduce-overhead)",
 }
-DEFAULT_ROWS = "plain,trainer,bitfit"
+DEFAULT_ROWS = "plain,trainer,bitfit-stock,bitfit"
 
 
 def build_model(name: str):
@@ -162,8 +165,15 @@ def run_trainer(args, window: Window, kind: str) -> None:
         _bitfit_trainable(model)
         trainer = Trainer(model=model, args=training_args, train_dataset=data, callbacks=[Clock()])
     else:
-        trainer = BitFitTrainer(model=model, args=training_args, train_dataset=data, callbacks=[Clock()],
-                                bitfit_config=BitFitConfig(bias_terms="all"))
+        cls = BitFitTrainer
+        if kind == "bitfit-stock":
+            cls = type("StockStepBitFitTrainer", (BitFitTrainer,), {
+                "training_step": Trainer.training_step, "floating_point_ops": Trainer.floating_point_ops,
+                "_clip_grad_norm": Trainer._clip_grad_norm})
+        trainer = cls(model=model, args=training_args, train_dataset=data, callbacks=[Clock()],
+                      bitfit_config=BitFitConfig(bias_terms="all"))
+        if kind == "bitfit-stock":
+            trainer._nonfinite_on_device = False  # the loop's own check, a host read per step
     trainer.train()
 
 
