@@ -69,17 +69,18 @@ def available_methods() -> frozenset:
 
 def find_recipes_dir(explicit: Optional[str] = None) -> str:
     """``explicit``, else ``$BITFIT_HF_RECIPES``, else the ``recipes/`` folder of the source checkout
-    this package was imported from."""
+    this package was imported from, else the recipes shipped inside the installed package (``bitfit_hf/recipes``)."""
     import bitfit_hf
 
-    candidates = [explicit, os.environ.get(RECIPES_ENV),
-                  os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(bitfit_hf.__file__))), "recipes")]
+    package = os.path.dirname(os.path.abspath(bitfit_hf.__file__))
+    candidates = [explicit, os.environ.get(RECIPES_ENV), os.path.join(os.path.dirname(package), "recipes"),
+                  os.path.join(package, "recipes")]
     for folder in candidates:
         if folder and os.path.isfile(os.path.join(folder, "glue.py")):
             return os.path.abspath(folder)
     raise StudyError(
-        "cannot find the recipes folder (recipes/glue.py, pos.py, squad.py): run from a source checkout of "
-        f"bitfit-hf, or pass --recipes_dir (or set ${RECIPES_ENV})."
+        "cannot find the recipes folder (recipes/glue.py, pos.py, squad.py): neither a source checkout nor the "
+        f"installed package holds it; reinstall bitfit-hf, or pass --recipes_dir (or set ${RECIPES_ENV})."
     )
 
 
