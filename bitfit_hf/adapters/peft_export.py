@@ -168,6 +168,12 @@ def peft_plan(adapter: BitFitAdapter, model: nn.Module) -> PeftPlan:
                 f"Cannot export to PEFT: {name!r} is a weight matrix selected by a pattern; a BEFT adapter carries "
                 "biases, norms and the head only."
             )
+    if not plan.beft_targets:  # peft's BEFT tuner refuses a config that targets no module
+        raise PeftExportError(
+            "Cannot export to PEFT: the adapter trains no bias of a Linear layer (only "
+            f"{', '.join(plan.modules_to_save + heads) or 'nothing'}: a head-only adapter such as --method frozen), and "
+            "PEFT's BEFT tuner needs at least one to target. Keep the bitfit-hf format for this adapter."
+        )
     plan.modules_to_save += heads
     return plan
 

@@ -108,6 +108,7 @@ def test_export_records_the_adapters_base_id_not_the_folder_it_was_loaded_from(t
     ("gpt2", BitFitConfig("all"), r"'transformer\.h\.0\.attn\.c_attn\.bias' belongs to a Conv1D"),
     ("llama", BitFitConfig("all", add_missing_biases=True), r"bias added to 'model\.layers\.0\.self_attn\.q_proj'"),
     ("bert", BitFitLoraConfig(), r"LoRA matrices"),
+    ("bert", BitFitConfig("frozen"), r"trains no bias of a Linear layer \(only classifier"),
     ("bert", BitFitConfig(patterns=[r".*layer\.0\.attention\.self\.query\.weight"]),
      r"'bert\.encoder\.layer\.0\.attention\.self\.query\.weight' is a weight matrix"),
 ])
