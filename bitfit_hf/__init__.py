@@ -9,10 +9,14 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 from bitfit_hf.adapters.remote import set_remote_store
+from bitfit_hf.inference.registration import register_on_import
 from bitfit_hf.utils.constants import __version__
 
 # The composition root: Hub ids given to the adapter layer are served by the Hub client.
 set_remote_store("bitfit_hf.hub.client")
+# pipeline("question-answering") for encoder QA models, registered when transformers.pipelines is imported
+# (at once if it already is): importing bitfit_hf stays free of torch.
+register_on_import()
 
 _EXPORTS = {
     "BitFitAdapter": "adapters.adapter",

@@ -1,16 +1,18 @@
 """``bitfit-hf predict ADAPTER TEXT...``: the stock base plus the adapter, on a few texts.
 
-Sequence classification prints the top labels with their probabilities (regression: the value);
-sentence pairs are written ``first ||| second`` (or tab-separated in ``--file``); token
-classification prints ``word/TAG`` for every word; extractive QA takes ``question ||| context``.
+Sequence classification prints the top labels with their scores (softmax; sigmoid for multi-label adapters;
+regression: the value); sentence pairs are written ``first ||| second`` (or tab-separated in ``--file``);
+token classification prints ``word/TAG`` for every word; extractive QA takes ``question ||| context`` and
+reads a context of any length in overlapping windows (``--doc-stride``).
 
 Inputs are never changed silently. Refused (one error line, exit 2, before the model loads): a pair for a
 tagging adapter (it would tag the first half only); a pair for a classifier trained on single texts, or a
 single text for one trained on pairs (adapters record their text columns, as the glue recipe's do; older
-adapters take both); a QA question without a context. Run with a warning on stderr: an input longer than
-the model reads (``--max-length``, lowered to the tokenizer's and the model's limit) is read up to that
-limit, and the warning says so: the tagger names the words it left untagged (``word/?``), QA says the
-context was cut (an answer past the cut cannot be found).
+adapters take both); a QA question without a context. Run with a warning on stderr: a text longer than the
+model reads (``--max-length``, lowered to the tokenizer's and the model's limit) is read up to that limit,
+and the warning says so (the tagger names the words it left untagged, ``word/?``).
+
+Answers come from bitfit_hf.inference, as the server's and the pipelines' do.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import List, Optional, Tuple
 
 from bitfit_hf.cli.adapter_source import load_adapter_files, load_tokenizer, local_path
 from bitfit_hf.cli.errors import CliError
+from bitfit_hf.inference.inputs import InputRefused, check_items
 
 PAIR_SEPARATOR = "|||"
 TASKS = ("SEQ_CLS", "TOKEN_CLS", "QUESTION_ANS")
@@ -35,7 +38,11 @@ def register(verbs) -> None:
     parser.add_argument("--file", type=local_path, help="read inputs from this file, one per line (a tab separates a pair)")
     parser.add_argument("--top-k", type=int, default=1, help="labels to print per input (classification)")
     parser.add_argument("--revision", help="branch, tag or commit of a Hub adapter")
-    parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument("--max-length", type=int, default=512, help="tokens read per input (per window for QA)")
+    parser.add_argument("--doc-stride", type=int, default=128, help="QA: tokens two neighbouring windows share")
+    parser.add_argument("--max-answer-len", type=int, default=30, help="QA: the longest answer, in tokens")
+    parser.add_argument("--handle-impossible-answer", action="store_true",
+                        help="QA: the empty answer competes with the spans (for models trained on SQuAD 2.0)")
     parser.set_defaults(run=run)
 
 
@@ -57,28 +64,76 @@ def read_inputs(texts: List[str], file: Optional[str]) -> List[Tuple[str, Option
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.top_k < 1:
-        raise CliError("--top-k must be at least 1.")
-    if args.max_length < 1:
-        raise CliError("--max-length must be at least 1.")
+    for flag, value, least in (("--top-k", args.top_k, 1), ("--max-length", args.max_length, 1),
+                               ("--doc-stride", args.doc_stride, 0), ("--max-answer-len", args.max_answer_len, 1)):
+        if value < least:
+            raise CliError(f"{flag} must be at least {least}.")
     inputs = read_inputs(args.texts, args.file)
     adapter, folder = load_adapter_files(args.adapter, args.revision)
     task = adapter.config.task_type
     if task not in TASKS:
         raise CliError(f"predict handles classification, tagging and QA adapters; this one is {task or 'untyped'} "
                        f"({adapter.config.architecture}). Load it with AutoBitFitModel.from_pretrained instead.")
-    check_inputs(adapter.config, inputs)  # before any model is loaded
+    items = check_inputs(adapter.config, inputs)  # before any model is loaded
     tokenizer = load_tokenizer(folder, adapter.config)
     if tokenizer is None:
         raise CliError(f"no tokenizer beside the adapter or at its base {adapter.config.base_model_name_or_path!r}.")
+    if task != "SEQ_CLS" and not getattr(tokenizer, "is_fast", False):
+        raise CliError("tagging and QA need the word and character offsets of a fast tokenizer (a tokenizer.json "
+                       "beside the adapter).")
     from bitfit_hf.adapters.auto import AutoBitFitModel
+    from bitfit_hf.inference.predictor import Predictor
 
     model = AutoBitFitModel.from_pretrained(adapter).eval()
-    limit = Limit.of(args.max_length, tokenizer, model)
-    predict = {"SEQ_CLS": _classify, "TOKEN_CLS": _tag, "QUESTION_ANS": _answer}[task]
-    for number, (text, pair) in enumerate(inputs, start=1):
-        print(predict(model, tokenizer, text, pair, args, Inputs(number, limit)))
+    predictor = Predictor(model, tokenizer, task, max_length=args.max_length, doc_stride=args.doc_stride)
+    try:
+        features = predictor.features(items)
+    except InputRefused as err:
+        raise CliError(_numbered(str(err))) from None
+    answers = predictor.answers(features, len(items), top_k=args.top_k if task == "SEQ_CLS" else None,
+                                max_answer_len=args.max_answer_len, handle_impossible_answer=args.handle_impossible_answer)
+    limit = predictor.limit
+    for number, ((text, pair), feature, found) in enumerate(zip(inputs, _first_features(features, len(items)), answers), 1):
+        if task == "SEQ_CLS":
+            length = feature.meta.get("tokens") or 0
+            if length > limit.tokens:
+                _warn(number, f" is {length} tokens long; the model read the first {limit.tokens} ({limit.why}), "
+                              "the rest was not used.")
+            print(_show_classification(found, model.config, text, pair))
+        elif task == "TOKEN_CLS":
+            untagged, words = found["untagged"], len(feature.meta["words"])
+            if untagged:
+                _warn(number, f": words {untagged[0] + 1}-{untagged[-1] + 1} of {words} are past the {limit.tokens}-token "
+                              f"limit and were not tagged (shown as word/?; {limit.why}).")
+            print(found["tagged"])
+        else:
+            print(f"{found['answer']}\t{found['score']:.4f}\t{text}")
     return 0
+
+
+def _numbered(message: str) -> str:
+    """The inference layer names items ``inputs[i]``; the command line numbers them from 1."""
+    import re
+
+    return re.sub(r"inputs\[(\d+)\]", lambda m: f"input {int(m.group(1)) + 1}", message)
+
+
+def _first_features(features, n_items: int):
+    first = {}
+    for feature in features:
+        first.setdefault(feature.item, feature)
+    return [first[i] for i in range(n_items)]
+
+
+def _warn(number: int, message: str) -> None:
+    print(f"bitfit-hf predict: warning: input {number}{message}", file=sys.stderr)
+
+
+def _show_classification(found, config, text: str, pair: Optional[str]) -> str:
+    shown = text + (f" {PAIR_SEPARATOR} {pair}" if pair else "")
+    if getattr(config, "problem_type", None) == "regression":
+        return f"{found[0]['score']:.4f}\t{shown}"
+    return ", ".join(f"{a['label']} {a['score']:.4f}" for a in found) + f"\t{shown}"
 
 
 def _shown(text: str, pair: Optional[str]) -> str:
@@ -86,147 +141,19 @@ def _shown(text: str, pair: Optional[str]) -> str:
     return repr(full if len(full) <= 60 else full[:57] + "...")
 
 
-def check_inputs(config, inputs: List[Tuple[str, Optional[str]]]) -> None:
-    """Refuse inputs the adapter cannot take as given, instead of changing them: a pair for a tagger, a pair for a
-    classifier trained on single texts or a single text for one trained on pairs (when the adapter records its
-    text columns, as the glue recipe's do), a question without a context for QA."""
+def check_inputs(config, inputs: List[Tuple[str, Optional[str]]]) -> list:
+    """The inputs as the inference layer's items, or a one-line refusal (before any model is loaded): a pair
+    for a tagger, and the checks of :func:`bitfit_hf.inference.inputs.check_items`."""
     task = config.task_type
-    columns = (config.metadata or {}).get("text_columns")
-    columns = [c for c in columns if c] if isinstance(columns, list) else None
     for number, (text, pair) in enumerate(inputs, start=1):
         if task == "TOKEN_CLS" and pair is not None:
             raise CliError(f"a tagging adapter tags one sentence per input; input {number} is a pair "
                            f"({_shown(text, pair)}). Give each sentence as an input of its own (no "
                            f"'{PAIR_SEPARATOR}', no tab in --file).")
-        if task == "SEQ_CLS" and columns and len(columns) == 1 and pair is not None:
-            raise CliError(f"this adapter classifies single texts (trained on the column {columns[0]!r}); input "
-                           f"{number} is a pair ({_shown(text, pair)}). Give one text per input.")
-        if task == "SEQ_CLS" and columns and len(columns) == 2 and pair is None:
-            raise CliError(f"this adapter classifies pairs ({columns[0]} {PAIR_SEPARATOR} {columns[1]}); input {number} "
-                           f"is a single text ({_shown(text, pair)}). Write each input as 'first {PAIR_SEPARATOR} "
-                           "second' (a tab between them in --file).")
-        if task == "QUESTION_ANS" and not pair:
-            raise CliError(f"a QA adapter needs 'question {PAIR_SEPARATOR} context' (or a tab-separated line); input "
-                           f"{number} has no context.")
-
-
-class Limit:
-    """The most tokens the model reads per input: ``--max-length``, lowered to what the tokenizer and the
-    model's position embeddings allow; ``why`` says which one it is, for the warnings."""
-
-    def __init__(self, tokens: int, why: str):
-        self.tokens, self.why = tokens, why
-
-    @classmethod
-    def of(cls, asked: int, tokenizer, model) -> "Limit":
-        found = [(asked, f"--max-length {asked}")]
-        tok = getattr(tokenizer, "model_max_length", None)
-        if isinstance(tok, int) and 0 < tok < 1_000_000:
-            found.append((tok, f"the tokenizer's limit, {tok}"))
-        config = getattr(model, "config", None)
-        positions = getattr(config, "max_position_embeddings", None)
-        if isinstance(positions, int) and positions > 0:
-            if getattr(config, "model_type", "") in _OFFSET_POSITIONS:  # positions start after the padding index
-                positions -= int(getattr(config, "pad_token_id", 1) or 1) + 1
-            found.append((positions, f"the model's {positions} positions"))
-        tokens, why = min(found, key=lambda pair: pair[0])
-        return cls(tokens, why)
-
-
-_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "mpnet", "xlm-roberta-xl")
-
-
-class Inputs:
-    """Where one input stands: its number (for messages) and the length limit."""
-
-    def __init__(self, number: int, limit: Limit):
-        self.number, self.limit = number, limit
-
-    def warn(self, message: str) -> None:
-        print(f"bitfit-hf predict: warning: input {self.number}{message}", file=sys.stderr)
-
-
-def _quiet_tokenizer():
-    """Counting an input's full length must not print transformers' 'longer than the maximum' warning."""
-    from bitfit_hf.utils.quiet import transformers_errors_only
-
-    return transformers_errors_only()
-
-
-def _full_length(tokenizer, text, pair=None, **kwargs) -> int:
-    with _quiet_tokenizer():
-        return len(tokenizer(text, pair, truncation=False, **kwargs)["input_ids"])
-
-
-def _encode(tokenizer, text, pair, where: Inputs, **kwargs):
-    return tokenizer(text, pair, return_tensors="pt", truncation=kwargs.pop("truncation", True),
-                     max_length=where.limit.tokens, **kwargs)
-
-
-def _classify(model, tokenizer, text, pair, args, where: Inputs) -> str:
-    import torch
-
-    length = _full_length(tokenizer, text, pair)
-    if length > where.limit.tokens:
-        where.warn(f" is {length} tokens long; the model read the first {where.limit.tokens} ({where.limit.why}), "
-                   "the rest was not used.")
-    with torch.no_grad():
-        logits = model(**_encode(tokenizer, text, pair, where)).logits[0]
-    if logits.numel() == 1 and model.config.problem_type == "regression":
-        return f"{logits.item():.4f}\t{text}"
-    probs = logits.softmax(-1)
-    top = probs.topk(min(args.top_k, probs.numel()))
-    labels = ", ".join(f"{model.config.id2label[int(i)]} {p:.4f}" for p, i in zip(top.values.tolist(), top.indices.tolist()))
-    return f"{labels}\t{text}" + (f" {PAIR_SEPARATOR} {pair}" if pair else "")
-
-
-def _tag(model, tokenizer, text, pair, args, where: Inputs) -> str:
-    import torch
-
-    words = text.split()
-    encoded = tokenizer(words, is_split_into_words=True, return_tensors="pt", truncation=True,
-                        max_length=where.limit.tokens)
-    with torch.no_grad():
-        predicted = model(**encoded).logits[0].argmax(-1).tolist()
-    tags, seen = {}, set()
-    for position, word in enumerate(encoded.word_ids(0)):
-        if word is not None and word not in seen:  # the first sub-token carries the word's label
-            seen.add(word)
-            tags[word] = model.config.id2label[predicted[position]]
-    untagged = [i for i in range(len(words)) if i not in tags]
-    if untagged:
-        where.warn(f": words {untagged[0] + 1}-{untagged[-1] + 1} of {len(words)} are past the {where.limit.tokens}-token "
-                   f"limit and were not tagged (shown as word/?; {where.limit.why}).")
-    return " ".join(f"{w}/{tags.get(i, '?')}" for i, w in enumerate(words))
-
-
-def _answer(model, tokenizer, text, pair, args, where: Inputs) -> str:
-    import torch
-
-    length = _full_length(tokenizer, text, pair)
+    items = [text for text, _ in inputs] if task == "TOKEN_CLS" else list(inputs)
     try:
-        encoded = _encode(tokenizer, text, pair, where, truncation="only_second", return_offsets_mapping=True)
-    except Exception as err:  # noqa: BLE001 - tokenizers raise several types when the question alone is too long
-        raise CliError(f"input {where.number}: the question alone is longer than {where.limit.tokens} tokens "
-                       f"({where.limit.why}): {err}") from None
-    offsets = encoded.pop("offset_mapping")[0].tolist()
-    sequence = encoded.sequence_ids(0)
-    context = [i for i, s in enumerate(sequence) if s == 1]
-    if not context:
-        raise CliError(f"input {where.number}: no room left for the context within {where.limit.tokens} tokens "
-                       f"({where.limit.why}).")
-    if length > where.limit.tokens:
-        kept = pair[: offsets[context[-1]][1]]
-        where.warn(f": the context was cut at {where.limit.tokens} tokens with the question ({where.limit.why}): only "
-                   f"its first {len(kept)} of {len(pair)} characters were read; an answer past it cannot be found.")
-    with torch.no_grad():
-        out = model(**encoded)
-    start_logits, end_logits = out.start_logits[0], out.end_logits[0]
-    best, span = float("-inf"), (context[0], context[0])
-    for start in context:
-        for end in context[context.index(start): context.index(start) + 30]:
-            score = float(start_logits[start] + end_logits[end])
-            if score > best:
-                best, span = score, (start, end)
-    answer = pair[offsets[span[0]][0]: offsets[span[1]][1]]
-    return f"{answer}\t{best:.2f}\t{text}"
+        check_items(config, items, where=lambda i: f"input {i + 1}",
+                    pair_layout=f"'first {PAIR_SEPARATOR} second' (a tab between them in --file)")
+    except InputRefused as err:
+        raise CliError(str(err)) from None
+    return items

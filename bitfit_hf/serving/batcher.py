@@ -26,9 +26,11 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import torch
 
+from bitfit_hf.inference.batches import collate, per_row
+from bitfit_hf.inference.inputs import Feature
 from bitfit_hf.serving.metrics import Metrics
 from bitfit_hf.serving.models import Registry
-from bitfit_hf.serving.tasks import Encoded, InputError, collate
+from bitfit_hf.serving.tasks import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class Job:
     """One request's inputs for one adapter (or, with ``control``, an admin change)."""
 
     adapter: str
-    inputs: List[Encoded]
+    inputs: List[Feature]
     on_done: Callable[[Any, Optional[BaseException]], None]
     deadline: float = float("inf")
     arrived: float = field(default_factory=time.monotonic)
@@ -266,9 +268,10 @@ class Worker:
                 self.metrics.forward_time.labels(mode).observe(time.perf_counter() - began)
                 self.metrics.batch_size.labels(mode).observe(len(chunk))
                 self.metrics.batch_adapters.observe(len(set(tasks)))
-                outputs = _per_row(logits, raw, batch["attention_mask"] if "attention_mask" in batch else None,
-                                   [enc.length for _, _, enc in chunk], self.left_padding,
-                                   [_width(self.registry, name) for name in tasks])
+                if logits is None and getattr(raw, "start_logits", None) is None:
+                    raise RuntimeError("the model returned neither logits nor start / end logits")
+                outputs = per_row(logits, raw, [enc.length for _, _, enc in chunk], self.left_padding,
+                                  [_width(self.registry, name) for name in tasks])
             except BaseException as err:  # noqa: BLE001 - these jobs fail, the others go on
                 logger.error("bitfit-hf serve: a forward pass failed: %s", traceback.format_exc())
                 for j, _, _ in chunk:
@@ -290,23 +293,3 @@ def _width(registry: Registry, name: str) -> Optional[int]:
         return None
     return entry.config.num_labels or (len(entry.id2label) or None)
 
-
-def _per_row(logits, raw, mask, lengths: List[int], left: bool, widths: List[Optional[int]]) -> List[Any]:
-    """Each row's own outputs on the CPU: its tokens only (padding cut), its labels only."""
-    start_logits = getattr(raw, "start_logits", None) if logits is None else None
-    if start_logits is not None:
-        start_cpu, end_cpu = start_logits.float().cpu(), raw.end_logits.float().cpu()
-        rows = []
-        for r, n in enumerate(lengths):
-            cut = slice(start_cpu.shape[1] - n, None) if left else slice(0, n)
-            rows.append((start_cpu[r, cut], end_cpu[r, cut]))
-        return rows
-    cpu = logits.float().cpu()
-    rows = []
-    for r, n in enumerate(lengths):
-        row = cpu[r]
-        if row.dim() == 2:  # per token
-            row = row[row.shape[0] - n:] if left else row[:n]
-        width = widths[r]
-        rows.append(row[..., :width] if width else row)
-    return rows

@@ -16,11 +16,14 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
+from bitfit_hf.inference.answers import answer
+from bitfit_hf.inference.inputs import DOC_STRIDE, InputRefused, check_items, encode, length_limit, parse_inputs
+from bitfit_hf.inference.predictor import pad_id_of
 from bitfit_hf.serving.batcher import Draining, Job, QueueFull, Worker
 from bitfit_hf.serving.config import ADMIN_TOKEN_ENV, AdapterSpec, ServeConfig, ServeError, check_name
 from bitfit_hf.serving.metrics import Metrics
 from bitfit_hf.serving.models import TASKS, Backbone, Entry, Registry
-from bitfit_hf.serving.tasks import InputError, classification_answer, encode, parse_inputs, qa_answer, tagging_answer
+from bitfit_hf.serving.tasks import InputError, refused
 from bitfit_hf.utils.constants import __version__
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.secrets import SecretStr
@@ -67,13 +70,9 @@ class Engine:
         self.metrics = Metrics()
         self.admin_token = SecretStr(admin_token) if admin_token else None
         self.started = time.time()
-        limits = [config.max_input_length, _model_limit(tokenizer), _position_limit(registry)]
-        self.max_input_length = min(x for x in limits if x)
-        pad = tokenizer.pad_token_id
-        if pad is None:
-            pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+        self.max_input_length = length_limit(config.max_input_length, tokenizer, _model_config(registry)).tokens
         self.worker = Worker(registry, self.metrics, max_batch_size=config.max_batch_size,
-                             max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, pad_id=int(pad),
+                             max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, pad_id=pad_id_of(tokenizer),
                              left_padding=getattr(tokenizer, "padding_side", "right") == "left", threads=config.threads)
         self._count_adapters()
 
@@ -173,49 +172,51 @@ class Engine:
         """Validate a ``/predict`` body and tokenize it: ``(entry, parsed, encoded, options)``."""
         if not isinstance(body, dict):
             raise InputError(422, "the body must be a JSON object {\"inputs\": ..., \"adapter\": \"<name>\"}.")
-        unknown = sorted(set(body) - {"inputs", "adapter", "truncate", "truncation_direction", "raw_scores", "top_k"})
+        fields = ("inputs", "adapter", "truncate", "truncation_direction", "raw_scores", "top_k", "max_answer_len",
+                  "handle_impossible_answer")
+        unknown = sorted(set(body) - set(fields))
         if unknown:
-            raise InputError(422, f"unknown field(s) {', '.join(unknown)}; /predict takes inputs, adapter, truncate, "
-                                  "truncation_direction, raw_scores, top_k.")
+            raise InputError(422, f"unknown field(s) {', '.join(unknown)}; /predict takes {', '.join(fields)}.")
         entry = self.resolve(body.get("adapter"))
         truncate = body.get("truncate", self.config.auto_truncate)
         raw_scores = body.get("raw_scores", False)
-        top_k = body.get("top_k")
+        impossible = body.get("handle_impossible_answer", False)
         direction = body.get("truncation_direction", "Right")
-        if not isinstance(truncate, bool) or not isinstance(raw_scores, bool):
-            raise InputError(422, "'truncate' and 'raw_scores' are true or false.")
-        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
-            raise InputError(422, "'top_k' is a positive integer.")
+        if not all(isinstance(v, bool) for v in (truncate, raw_scores, impossible)):
+            raise InputError(422, "'truncate', 'raw_scores' and 'handle_impossible_answer' are true or false.")
+        for key in ("top_k", "max_answer_len"):
+            value = body.get(key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise InputError(422, f"'{key}' is a positive integer.")
         if direction not in ("Right", "Left"):
             raise InputError(422, "'truncation_direction' is \"Right\" or \"Left\".")
         if entry.task != "SEQ_CLS" and not getattr(self.tokenizer, "is_fast", False):
             raise InputError(422, f"adapter {entry.name!r} tags words or answers questions, which needs the word and "
                                   "character offsets of a fast tokenizer; start the server with --tokenizer pointing "
                                   "at one (a tokenizer.json).")
-        parsed = parse_inputs(entry.task, body.get("inputs"))
-        if len(parsed.items) > self.config.max_client_batch_size:
-            raise InputError(413, f"{len(parsed.items)} inputs in one request; this server takes at most "
-                                  f"{self.config.max_client_batch_size} (max_client_batch_size). Split the batch.",
-                             "payload_too_large")
-        side = self.tokenizer.truncation_side
-        self.tokenizer.truncation_side = direction.lower()
         try:
-            encoded = encode(self.tokenizer, entry.task, parsed.items, self.max_input_length, truncate)
-        finally:
-            self.tokenizer.truncation_side = side
-        return entry, parsed, encoded, {"raw_scores": raw_scores, "top_k": top_k}
+            parsed = parse_inputs(entry.task, body.get("inputs"))
+            if len(parsed.items) > self.config.max_client_batch_size:
+                raise InputError(413, f"{len(parsed.items)} inputs in one request; this server takes at most "
+                                      f"{self.config.max_client_batch_size} (max_client_batch_size). Split the batch.",
+                                 "payload_too_large")
+            check_items(entry.config, parsed.items)
+            side = self.tokenizer.truncation_side
+            self.tokenizer.truncation_side = direction.lower()
+            try:
+                encoded = encode(self.tokenizer, entry.task, parsed.items, self.max_input_length, truncate, DOC_STRIDE)
+            finally:
+                self.tokenizer.truncation_side = side
+        except InputRefused as err:
+            raise refused(err) from None
+        options = {"raw_scores": raw_scores, "top_k": body.get("top_k"), "max_answer_len": body.get("max_answer_len"),
+                   "handle_impossible_answer": impossible}
+        return entry, parsed, encoded, options
 
     def answer(self, entry: Entry, parsed, encoded, outputs: List[Any], options: Dict[str, Any]) -> Any:
-        cfg = entry.config
-        answers = []
-        for enc, out in zip(encoded, outputs):
-            if entry.task == "SEQ_CLS":
-                answers.append(classification_answer(out, entry.id2label, cfg.problem_type, options["raw_scores"],
-                                                     options["top_k"]))
-            elif entry.task == "TOKEN_CLS":
-                answers.append(tagging_answer(out, enc.meta, entry.id2label))
-            else:
-                answers.append(qa_answer(out[0], out[1], enc.meta))
+        """Every input's answer from its features' outputs (several windows per QA input)."""
+        answers = answer(entry.task, outputs, encoded, len(parsed.items), entry.id2label, entry.config.problem_type,
+                         options)
         return answers[0] if parsed.single else answers
 
     def submit(self, entry: Entry, encoded: list, on_done, deadline: float) -> Job:
@@ -295,17 +296,10 @@ def settle_future(future: "asyncio.Future", result, error) -> None:
         future.set_result(result)
 
 
-def _model_limit(tokenizer) -> Optional[int]:
-    limit = getattr(tokenizer, "model_max_length", None)
-    return int(limit) if limit and limit < 1_000_000 else None
-
-
-def _position_limit(registry: Registry) -> Optional[int]:
+def _model_config(registry: Registry):
+    """The config of the served base (any group's model: they share the base)."""
     for group in registry.groups.values():
-        config = getattr(group.model, "config", None)
-        limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-        if limit:
-            return int(limit)
+        return getattr(group.model, "config", None)
     return None
 
 

@@ -35,6 +35,7 @@ from bitfit_hf.serving.config import ServeError
 from bitfit_hf.tuners import method_spec
 from bitfit_hf.utils.base_loading import loading_kwargs
 from bitfit_hf.utils.errors import UserError
+from bitfit_hf.utils.fingerprint import SKETCH_TOLERANCE, sketch_difference
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,11 @@ class Backbone:
         self.models_built = 0
         self.shared_tensors = 0
         self._first: Optional[AdapterConfig] = None
+
+    @property
+    def first_config(self) -> Optional[AdapterConfig]:
+        """The config of the adapter whose base was loaded (``None`` before any)."""
+        return self._first
 
     def describe(self) -> Dict[str, Any]:
         return {"model_id": self.source, "revision": self.revision, "model_type": self.model_type,
@@ -133,6 +139,22 @@ def _one_line(err: BaseException) -> str:
 
 def _size_bytes(adapter: BitFitAdapter) -> int:
     return int(sum(t.numel() * t.element_size() for t in adapter.tensors.values()))
+
+
+def another_base(cfg: AdapterConfig, reference: Optional[AdapterConfig]) -> Optional[str]:
+    """Why ``cfg`` was trained on another base than ``reference`` (``None``: the same, or no way to tell).
+
+    Decided from the two adapters' recorded sketches of their bases (a few sampled frozen weights, compared
+    within quantization error), before any model is touched: so a refusal names this cause first, not a
+    consequence of it (another pooling, a tensor the model lacks)."""
+    if reference is None or reference is cfg or not cfg.base_sketch or not reference.base_sketch:
+        return None
+    difference = sketch_difference(reference.base_sketch, cfg.base_sketch)
+    if difference is None or difference <= SKETCH_TOLERANCE:
+        return None
+    return (f"it was trained on another base model: {cfg.base_model_name_or_path!r}, whose frozen weights differ "
+            f"from those of this server's base {reference.base_model_name_or_path!r} (sampled weights "
+            f"{difference:.0%} apart). One server serves adapters of one base; serve it from a server of its own.")
 
 
 def mixable(cfg: AdapterConfig) -> Optional[str]:
@@ -272,8 +294,9 @@ class Registry:
     def _publish(self, entries: Dict[str, Entry]) -> None:
         self._entries = MappingProxyType(dict(entries))
 
-    def check(self, name: str, adapter: BitFitAdapter) -> None:
-        """Refusals that need no model: the task, a method that cannot share the base, another base type."""
+    def check(self, name: str, adapter: BitFitAdapter, reference: Optional[AdapterConfig] = None) -> None:
+        """Refusals that need no model, the first real cause first: the task, a method that cannot share the
+        base, another base type, another base (than ``reference``, else the loaded base's adapter)."""
         cfg = adapter.config
         if name in self._entries:
             raise ServeError(f"an adapter named {name!r} is already served; remove it first or pick another name.")
@@ -291,6 +314,9 @@ class Registry:
         if self.backbone.model_type is not None and cfg.model_type != self.backbone.model_type:
             raise ServeError(f"it is for a {cfg.model_type!r} model; this server's base {self.backbone.source!r} is a "
                              f"{self.backbone.model_type!r}.")
+        reason = another_base(cfg, self.backbone.first_config or reference)
+        if reason:
+            raise ServeError(reason)
 
     def _group(self, mode: str, adapter: BitFitAdapter):
         key = (adapter.config.architecture, mode)
@@ -305,14 +331,16 @@ class Registry:
         refused: List[Tuple[str, str]] = []
         entries = dict(self._entries)
         plan: Dict[Tuple[str, str], List] = {}
+        reference: Optional[AdapterConfig] = None  # the first accepted one, while no base is loaded yet
         for name, source, revision, adapter in items:
             try:
-                self.check(name, adapter)
+                self.check(name, adapter, reference)
                 if name in entries or any(name == n for items_ in plan.values() for n, *_ in items_):
                     raise ServeError(f"an adapter named {name!r} is already served.")
             except UserError as err:
                 refused.append((name, _one_line(err)))
                 continue
+            reference = reference or adapter.config
             reason = "--batching switch" if self.batching == "switch" else mixable(adapter.config)
             mode = "switch" if reason else "mixed"
             plan.setdefault((adapter.config.architecture, mode), []).append((name, source, revision, adapter, reason))

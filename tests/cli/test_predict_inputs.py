@@ -72,7 +72,7 @@ def test_a_single_text_classifier_refuses_a_pair_and_a_pair_classifier_a_single_
     assert "classifies single texts (trained on the column 'sentence')" in err and "input 2 is a pair" in err
     pair = tiny_adapter(tmp_path / "pair", metadata={"text_columns": ["premise", "hypothesis"]})
     status, out, err = predict(capsys, pair, "the cat sat ||| a cat sat", "a good film")
-    assert status == 2 and "classifies pairs (premise ||| hypothesis)" in err and "input 2 is a single text" in err
+    assert status == 2 and "classifies pairs (premise, hypothesis)" in err and "input 2 is a single text" in err
     status, out, err = predict(capsys, pair, "the cat sat ||| a cat sat")
     assert status == 0 and out.strip().endswith("the cat sat ||| a cat sat") and err == ""
 
@@ -102,12 +102,15 @@ def test_the_tagger_names_the_words_it_did_not_tag(tmp_path, capsys):
     assert "input 1: words 11-24 of 24 are past the 12-token limit and were not tagged (shown as word/?; --max-length 12)" in err
 
 
-def test_a_qa_context_cut_short_is_said(tmp_path, capsys):
+def test_a_qa_context_longer_than_the_model_reads_is_read_in_windows(tmp_path, capsys):
     adapter = tiny_adapter(tmp_path, "qa")
-    context = " ".join(["the cat sat on the mat"] * 6)
+    context = " ".join(["the cat sat on the mat"] * 6)  # 38 tokens with the question; 20 read at a time
     status, out, err = predict(capsys, adapter, f"who sat ||| {context}", "--max-length", "20")
-    assert status == 0 and out.strip()
-    assert "input 1: the context was cut" in err and "an answer past it cannot be found" in err
+    assert status == 0 and err == ""  # nothing cut, nothing to warn about
+    answer, score, question = out.strip().split("\t")
+    assert answer and answer in context and 0 < float(score) <= 1 and question == "who sat"
+    status, out, err = predict(capsys, adapter, f"who sat ||| {context}", "--doc-stride", "-1")
+    assert status == 2 and "--doc-stride must be at least 0" in err
 
 
 def test_a_max_length_the_model_cannot_take_is_lowered_and_a_bad_one_refused(tmp_path, capsys):

@@ -34,7 +34,7 @@ BAD_INPUTS = [
     ("truncate not a boolean", b'{"inputs": "a", "adapter": "c0", "truncate": "yes"}', 422, "validation", ["truncate"]),
     ("top_k not positive", b'{"inputs": "a", "adapter": "c0", "top_k": 0}', 422, "validation", ["top_k"]),
     ("a text for a QA adapter", b'{"inputs": "the cat", "adapter": "qa"}', 422, "validation", ["[question, context]"]),
-    ("a pair for a tagger", b'{"inputs": [["a", "b"]], "adapter": "tag"}', 422, "validation", ["list of texts"]),
+    ("a pair for a tagger", b'{"inputs": [["a", "b"]], "adapter": "tag"}', 422, "validation", ["inputs[0] is a pair", "one sentence"]),
     ("no words to tag", b'{"inputs": "   ", "adapter": "tag"}', 422, "validation", ["no words"]),
     ("too many inputs", json.dumps({"inputs": [["a"]] * 5, "adapter": "c0"}).encode(), 413, "payload_too_large",
      ["5 inputs", "at most 4"]),

@@ -50,13 +50,15 @@ HEADS = {"seq": T.BertForSequenceClassification, "tok": T.BertForTokenClassifica
 
 
 def make_adapter(base_dir: str, out_dir: str, num_labels: int = 2, seed: int = 1, head: str = "seq",
-                 method_config=None, scale: float = 0.5) -> str:
+                 method_config=None, scale: float = 0.5, problem_type=None) -> str:
     """An adapter on the base at ``base_dir``: its trainable tensors perturbed with seed ``seed``."""
     cls = HEADS[head]
     kwargs = {}
     if head != "qa":
         kwargs = {"num_labels": num_labels, "id2label": {i: f"s{seed}_{head}{i}" for i in range(num_labels)},
                   "label2id": {f"s{seed}_{head}{i}": i for i in range(num_labels)}}
+    if problem_type:
+        kwargs["problem_type"] = problem_type
     torch.manual_seed(100 + seed)
     model = cls.from_pretrained(base_dir, **kwargs)
     if method_config is None:
@@ -94,3 +96,52 @@ def copy_dir(src: str, dst: str) -> str:
     return dst
 
 
+
+
+NEEDLE = "river"  # the one word the needle QA model answers with
+
+
+def make_needle_qa(root: str) -> str:
+    """A QA adapter (and its own base) that answers with the word :data:`NEEDLE` wherever it is in the context,
+    and scores every other token far lower: its encoder passes the embeddings through (attention and
+    feed-forward outputs zeroed, no position embeddings) and its head reads one embedding direction that only
+    the needle has. A context of any length then has one right answer, for testing that it is read whole."""
+    import os
+
+    torch.manual_seed(0)
+    model = T.BertForQuestionAnswering(tiny_config()).eval()
+    with torch.no_grad():
+        for layer in model.bert.encoder.layer:
+            for dense in (layer.attention.output.dense, layer.output.dense):
+                dense.weight.zero_()
+                dense.bias.zero_()
+        emb = model.bert.embeddings
+        emb.position_embeddings.weight.zero_()
+        emb.token_type_embeddings.weight.zero_()
+        emb.word_embeddings.weight[:, 0] = 0.0
+        emb.word_embeddings.weight[VOCAB[NEEDLE]] = 0.0
+        emb.word_embeddings.weight[VOCAB[NEEDLE], 0] = 5.0
+        model.qa_outputs.weight.zero_()
+        model.qa_outputs.weight[:, 0] = 10.0
+        model.qa_outputs.bias.zero_()
+    base, out = os.path.join(root, "needle_base"), os.path.join(root, "needle")
+    model.save_pretrained(base)
+    tiny_tokenizer().save_pretrained(base)
+    model = T.BertForQuestionAnswering.from_pretrained(base).eval()  # the base as an adapter's loader sees it
+    apply_bitfit(model, BitFitConfig("all"))
+    BitFitAdapter.from_model(model).save_pretrained(out)
+    tiny_tokenizer().save_pretrained(out)
+    return out
+
+
+FILLER = ("the cat sat on the mat and the dog runs in the city by the road with a man and a woman . "
+          "it was a long day and the film was very good but the plot was dull . ").split()
+
+
+def long_qa(tokens_before: int = 1600, tokens_after: int = 400):
+    """``(question, context, answer start)``: the needle sentence after about ``tokens_before`` words of filler."""
+    before = " ".join(FILLER[i % len(FILLER)] for i in range(tokens_before))
+    after = " ".join(FILLER[i % len(FILLER)] for i in range(tokens_after))
+    sentence = f"the boat is on the {NEEDLE} today ."
+    context = f"{before} {sentence} {after}"
+    return "where is the boat", context, context.index(f" {NEEDLE} ") + 1
