@@ -133,6 +133,8 @@ FAST_PATH_HELP = ("Train at the GPU's speed: torch.compile in reduce-overhead mo
                   "otherwise; on / off: as said. --torch_compile True counts as on. See docs/speed.md.")
 LENGTH_BUCKETS_HELP = ("Comma-separated lengths batches are padded to on the fast path (default: four, halving from "
                        "--max_seq_length, e.g. 16,32,64,128).")
+DROP_LAST_HELP = ("Drop the last partial batch of each training epoch only (evaluation and prediction keep every "
+                  "example, unlike --dataloader_drop_last); on with the fast path.")
 OVERWRITE_HELP = ("Write over the outputs of an earlier run in --output_dir (its adapter, checkpoints and results); "
                   "without it (and without --resume_from_checkpoint) a run refuses a folder that holds them.")
 _TRAINING_CLASSES: Dict[type, type] = {}
@@ -140,7 +142,7 @@ _TRAINING_CLASSES: Dict[type, type] = {}
 
 def recipe_training_class(base: type) -> type:
     """``base`` (``TrainingArguments``) with the recipes' own training flags: ``--frozen_dtype`` (read by
-    ``BitFitTrainer``), ``--fast_path`` / ``--length_buckets`` (:mod:`bitfit_hf.recipe_kit.fast_path`), and ``--overwrite_output_dir`` where transformers dropped it (transformers 5; the recipes
+    ``BitFitTrainer``), ``--fast_path`` / ``--length_buckets`` / ``--drop_last_train_batch`` (:mod:`bitfit_hf.recipe_kit.fast_path`), and ``--overwrite_output_dir`` where transformers dropped it (transformers 5; the recipes
     keep it, :func:`bitfit_hf.recipe_kit.output_dir.check_output_dir`). ``base`` itself when it has both."""
     known = getattr(base, "__dataclass_fields__", {})
     extra = []
@@ -152,6 +154,8 @@ def recipe_training_class(base: type) -> type:
     if "fast_path" not in known:
         extra.append(("fast_path", str, field(default="auto", metadata={
             "help": FAST_PATH_HELP, "choices": ["auto", "on", "off"]})))
+    if "drop_last_train_batch" not in known:
+        extra.append(("drop_last_train_batch", bool, field(default=False, metadata={"help": DROP_LAST_HELP})))
     if "length_buckets" not in known:
         extra.append(("length_buckets", Optional[str], field(default=None, metadata={"help": LENGTH_BUCKETS_HELP})))
     if not extra:

@@ -3,7 +3,7 @@ hand, and setting it up with the flags transformers already has.
 
 On: ``torch_compile`` with ``torch_compile_mode="reduce-overhead"`` (CUDA graphs; plain Inductor on a CPU, where
 there are none), batches padded to a few lengths (:class:`~bitfit_hf.training.static_shapes.BucketPadding`) and
-the last partial training batch dropped (``dataloader_drop_last``), so each shape is compiled and captured once.
+the last partial training batch dropped (``drop_last_train_batch``: evaluation keeps every example), so each shape is compiled and captured once.
 ``auto`` turns it on for a CUDA run whose planned optimizer steps reach :data:`BREAK_EVEN_STEPS`: compiling
 costs tens of seconds once, and a shorter run would spend more on it than it saves. ``--torch_compile True``
 given by the user counts as on (without buckets each new batch length would compile again). docs/speed.md has
@@ -62,7 +62,7 @@ def decide(training_args, num_train_examples: Optional[int], cuda: bool) -> Tupl
 
 def apply_fast_path(training_args, collator: Any, max_length: Optional[int], num_train_examples: Optional[int]) -> Any:
     """Decide (:func:`decide`), log the decision in one line, and when on set the compile flags, drop the last
-    partial training batch and return the collator padding to length buckets (``collator`` itself when off, or
+    partial training batch (``drop_last_train_batch``, read by ``BitFitTrainer``) and return the collator padding to length buckets (``collator`` itself when off, or
     when it pads to one length already)."""
     import torch
 
@@ -75,7 +75,7 @@ def apply_fast_path(training_args, collator: Any, max_length: Optional[int], num
     training_args.torch_compile_backend = training_args.torch_compile_backend or "inductor"
     if training_args.torch_compile_mode is None:
         training_args.torch_compile_mode = "reduce-overhead" if cuda else "default"
-    training_args.dataloader_drop_last = True
+    training_args.drop_last_train_batch = True
     _keep_graphs_static()
     buckets: Tuple[int, ...] = ()
     if hasattr(collator, "padding") and max_length:  # a padding collator (default_data_collator: one shape already)

@@ -89,7 +89,9 @@ class BitFitTrainerBase(Trainer):
     ``save_model`` writes the bias-only adapter unless ``bitfit_config.save_full_model`` is set.
     ``frozen_dtype`` (``"float32"``, ``"bfloat16"``, ``"auto"``; default: ``args.frozen_dtype`` where the
     arguments have one, as the recipes' do, else float32) stores the frozen Linear weights in bf16 under
-    ``bf16=True``: see :mod:`bitfit_hf.training.frozen_dtype`.
+    ``bf16=True``: see :mod:`bitfit_hf.training.frozen_dtype`. ``drop_last_train_batch`` (default:
+    ``args.drop_last_train_batch`` where the arguments have one, as the recipes' do) drops the last partial
+    training batch only, for compiled steps of one shape (docs/speed.md).
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class BitFitTrainerBase(Trainer):
         adapter_metadata: Optional[Dict[str, Any]] = None,
         pooling_head: str = "checkpoint",
         frozen_dtype: Optional[Any] = None,
+        drop_last_train_batch: Optional[bool] = None,
         **trainer_kwargs,
     ):
         if model is None:
@@ -131,6 +134,8 @@ class BitFitTrainerBase(Trainer):
         self._flop_counter = FlopCounter()
         self._clipped_parameters: Optional[List[nn.Parameter]] = None
         self._nonfinite_on_device = bool(self.args.logging_nan_inf_filter) and _keeps_running_loss(Trainer)
+        self.drop_last_train_batch = bool(drop_last_train_batch if drop_last_train_batch is not None
+                                          else getattr(self.args, "drop_last_train_batch", False))
         protect_secret_fields(self.args)  # training_args.bin (full-model saves) is a pickle of the args
         self.model_accepts_loss_kwargs = loss_uses_num_items(unwrap(self.model))
         # Stop launches that exit 0 while training wrongly (ranks alone, DeepSpeed off): docs/distributed.md
@@ -216,6 +221,17 @@ class BitFitTrainerBase(Trainer):
         reset_evaluation_wrapping(self)  # evaluate() before train() left the model unwrappable (DDP) / an inference engine
         with self._loop_nan_inf_filter(False):  # training_step filters on the device instead
             return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def get_train_dataloader(self):
+        """``Trainer``'s; with ``drop_last_train_batch`` every training batch is full (one shape for a compiled step),
+        while evaluation and prediction, which read ``dataloader_drop_last`` too, keep every example."""
+        if not self.drop_last_train_batch or self.args.dataloader_drop_last:
+            return super().get_train_dataloader()
+        self.args.dataloader_drop_last = True
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.args.dataloader_drop_last = False
 
     @contextlib.contextmanager
     def _loop_nan_inf_filter(self, on: bool):

@@ -53,7 +53,8 @@ def test_on_sets_the_compile_flags_and_buckets():
     args = _args("--fast_path", "on", "--use_cpu")
     collator = apply_fast_path(args, _Padder(), 128, 1000)
     assert isinstance(collator, BucketPadding) and collator.buckets == (16, 32, 64, 128)
-    assert args.torch_compile and args.torch_compile_backend == "inductor" and args.dataloader_drop_last
+    assert args.torch_compile and args.torch_compile_backend == "inductor" and args.drop_last_train_batch
+    assert not args.dataloader_drop_last  # evaluation keeps every example
     assert args.torch_compile_mode == "default"  # CPU: no CUDA graphs to capture
     chosen = _args("--fast_path", "on", "--use_cpu", "--length_buckets", "64,32", "--torch_compile_mode", "max-autotune")
     assert apply_fast_path(chosen, _Padder(), 128, 1000).buckets == (32, 64)
@@ -65,7 +66,7 @@ def test_off_changes_nothing():
     args = _args("--fast_path", "off")
     padder = _Padder()
     assert apply_fast_path(args, padder, 128, 10**6) is padder
-    assert not args.torch_compile and not args.dataloader_drop_last
+    assert not args.torch_compile and not args.drop_last_train_batch
 
 
 def test_bad_buckets_are_one_clear_error():

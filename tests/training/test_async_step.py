@@ -185,3 +185,17 @@ def test_trained_parameters_and_copies_on_the_cpu(tmp_path):
     args = _args(tmp_path)
     assert use_non_blocking_copies(args) is False  # no CUDA device: nothing to overlap
     assert args.accelerator_config.non_blocking is False
+
+
+def test_only_the_training_batches_drop_their_last_partial_batch(tmp_path):
+    """The fast path's one shape per step: training batches are all full; evaluation still sees every example."""
+    model = _model()
+    args = _args(tmp_path, per_device_train_batch_size=24, per_device_eval_batch_size=24, dataloader_drop_last=False)
+    trainer = BitFitTrainer(model=model, args=args, train_dataset=_Data(n=50), eval_dataset=_Data(n=50),
+                            drop_last_train_batch=True)
+    assert [len(b["labels"]) for b in trainer.get_train_dataloader()] == [24, 24]
+    assert [len(b["labels"]) for b in trainer.get_eval_dataloader()] == [24, 24, 2]
+    assert trainer.predict(_Data(n=50)).predictions.shape[0] == 50
+    assert args.dataloader_drop_last is False
+    default = BitFitTrainer(model=_model(), args=_args(tmp_path, dataloader_drop_last=False), train_dataset=_Data(n=50))
+    assert sum(len(b["labels"]) for b in default.get_train_dataloader()) == 50
