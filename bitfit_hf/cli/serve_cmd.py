@@ -60,8 +60,8 @@ def register(verbs) -> None:
                              "pass --host 0.0.0.0: the default answers only inside the container")
     parser.add_argument("--port", type=int, default=8080, help="port; 0 takes any free port and prints it at start")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda when there is one)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
-                        help="dtype of the base's weights")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                        help="dtype of the base's weights; auto: bfloat16 on a CUDA device, float32 on a CPU")
     parser.add_argument("--threads", type=int, help="torch threads of the worker (default: torch's)")
     parser.add_argument("--batching", default="mixed", choices=("mixed", "switch"),
                         help="mixed: adapters share forward passes; switch: one adapter per forward pass")

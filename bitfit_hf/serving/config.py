@@ -21,6 +21,10 @@ class ServeError(UserError, ValueError):
     """A serving configuration or an adapter the server refuses (one line, says why)."""
 
 
+#: ``--dtype`` choices: the base's weights in that dtype; ``auto`` picks bfloat16 on a CUDA device, float32 elsewhere.
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
 @dataclass
 class AdapterSpec:
     """One adapter to serve: its name in requests, a local folder or Hub id, and a Hub revision."""
@@ -48,7 +52,7 @@ class ServeConfig:
     auto_truncate: bool = False       # truncate over-long inputs when the request does not say
     batching: str = "mixed"           # "mixed": tasks share forward passes; "switch": one adapter per pass
     device: str = "auto"
-    dtype: str = "float32"
+    dtype: str = "auto"               # "auto": bfloat16 on a CUDA device, float32 on a CPU
     threads: Optional[int] = None     # torch intra-op threads of the worker; None: torch's default
 
     def __post_init__(self):
@@ -67,8 +71,8 @@ class ServeConfig:
                              f"({self.max_batch_size}): one request's inputs go into one forward pass.")
         if self.batching not in ("mixed", "switch"):
             raise ServeError(f"--batching is 'mixed' or 'switch', not {self.batching!r}.")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ServeError(f"--dtype is float32, bfloat16 or float16, not {self.dtype!r}.")
+        if self.dtype not in DTYPES:
+            raise ServeError(f"--dtype is {', '.join(DTYPES)}, not {self.dtype!r}.")
         if self.threads is not None and self.threads <= 0:
             raise ServeError(f"--threads must be positive (got {self.threads}).")
 

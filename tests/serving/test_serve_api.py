@@ -226,3 +226,25 @@ def test_pooled_minilm_adapters_mixed_equal_each_alone(minilm_dir, start_server,
             probs = models[name](**tok(text, return_tensors="pt")).logits[0].softmax(-1)
         assert {g["label"]: g["score"] for g in body} == pytest.approx(
             {models[name].config.id2label[i]: float(p) for i, p in enumerate(probs)}, abs=ATOL)
+
+
+def test_bfloat16_base_answers_as_float32_does(adapters, start_server, references):  # noqa: F811
+    """--dtype bfloat16 (what --dtype auto picks on a CUDA device), checked on the CPU: mixed batches over three
+    adapters give each input the float32 answer's label, with probabilities within bf16's precision."""
+    from bitfit_hf.serving.models import resolve_dtype
+
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("float16", torch.device("cpu")) == torch.float16
+    server = start_server(specs(adapters, "c0", "c1", "c2"), dtype="bfloat16")
+    status, _, info = call(server.url, "GET", "/info")
+    assert status == 200 and "bfloat16" in str(info)
+    for i, text in enumerate(TEXTS):
+        name = f"c{i % 3}"
+        status, _, body = predict(server.url, {"inputs": text, "adapter": name})
+        assert status == 200
+        expected = expected_classification(references[name], text)
+        got = {g["label"]: g["score"] for g in body}
+        assert got == pytest.approx(expected, abs=2e-2)
+        assert max(got, key=got.get) == max(expected, key=expected.get) or max(expected.values()) - sorted(
+            expected.values())[-2] < 2e-2  # the label, unless float32's top two are within bf16's precision
