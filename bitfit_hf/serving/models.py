@@ -32,7 +32,7 @@ from bitfit_hf.adapters.config import AdapterConfig, AdapterError
 from bitfit_hf.adapters.multitask import MultiTaskModel
 from bitfit_hf.data.assets import packaged_copy_or
 from bitfit_hf.serving.config import ServeError
-from bitfit_hf.tuners import method_spec
+from bitfit_hf.tuners import method_spec, tensor_role_of
 from bitfit_hf.utils.base_loading import loading_kwargs
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.fingerprint import SKETCH_TOLERANCE, sketch_difference
@@ -166,14 +166,18 @@ def another_base(cfg: AdapterConfig, reference: Optional[AdapterConfig]) -> Opti
 
 
 def mixable(cfg: AdapterConfig) -> Optional[str]:
-    """``None`` when a mixed-task batch can route this adapter per example (it trains module biases and the
-    head only); otherwise why not (it is then served by switching)."""
+    """``None`` when a mixed-task batch can route this adapter per example: it trains module biases and the head,
+    plus tensors of its own that its method routes per example (``MethodSpec.batch_router``: (IA)³ vectors);
+    otherwise why not (it is then served by switching)."""
     spec = method_spec(cfg.method)
-    if spec.not_mergeable or spec.inserts_modules:
+    routed = spec.batch_router is not None
+    if not routed and (spec.not_mergeable or spec.inserts_modules):
         return f"{cfg.method} inserts modules"
     heads = tuple(cfg.head_modules)
     for name in cfg.trained_parameters:
         if any(name == h or name.startswith(h + ".") for h in heads):
+            continue
+        if routed and tensor_role_of(cfg.method, name) is not None:
             continue
         if not name.endswith(".bias"):
             return f"it trains {name!r}, which is not a bias"

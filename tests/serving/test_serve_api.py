@@ -248,3 +248,30 @@ def test_bfloat16_base_answers_as_float32_does(adapters, start_server, reference
         assert got == pytest.approx(expected, abs=2e-2)
         assert max(got, key=got.get) == max(expected, key=expected.get) or max(expected.values()) - sorted(
             expected.values())[-2] < 2e-2  # the label, unless float32's top two are within bf16's precision
+
+
+def test_ia3_adapters_share_mixed_batches_with_bitfit_ones(adapters, start_server, tmp_path):  # noqa: F811
+    """(IA)³ and BitFit + (IA)³ vectors route per example (MultiTaskModel's router), so the server mixes them with
+    BitFit adapters in one forward pass; each answer equals its adapter loaded alone."""
+    from tiny import make_adapter
+
+    from bitfit_hf.serving.config import AdapterSpec
+    from bitfit_hf.tuners.bitfit_ia3 import BitFitIA3Config, IA3Config
+
+    folders = {"c0": adapters["c0"],
+               "ia3": make_adapter(adapters["base"], str(tmp_path / "ia3"), 3, seed=41, method_config=IA3Config()),
+               "bia3": make_adapter(adapters["base"], str(tmp_path / "bia3"), 2, seed=42,
+                                    method_config=BitFitIA3Config(bias_terms="all"))}
+    server = start_server([AdapterSpec(n, f) for n, f in folders.items()], max_wait_ms=20)
+    modes = {a["name"]: a["batching"] for a in call(server.url, "GET", "/adapters")[2]}
+    assert modes == {"c0": "mixed", "ia3": "mixed", "bia3": "mixed"}
+    models = {name: alone(folder) for name, folder in folders.items()}
+    jobs = [(name, text) for text in TEXTS[:4] for name in folders]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda job: predict(server.url, {"inputs": job[1], "adapter": job[0]}), jobs))
+    for (name, text), (status, _, body) in zip(jobs, answers):
+        assert status == 200, body
+        want = expected_classification(models[name], text)
+        assert {g["label"]: g["score"] for g in body} == pytest.approx(want, abs=ATOL), name
+    shared = metric(call(server.url, "GET", "/metrics")[2], "bitfit_serve_batch_adapters_sum")
+    assert shared > 0
