@@ -72,6 +72,9 @@ def register(verbs) -> None:
     parser.add_argument("--max-input-length", type=int, help="tokens per input (default: the model's limit)")
     parser.add_argument("--payload-limit", type=int, default=2_000_000, help="bytes in one request body (413 beyond)")
     parser.add_argument("--request-timeout", type=float, default=30.0, help="seconds from arrival to answer (504 beyond)")
+    parser.add_argument("--doc-stride", type=int, default=128,  # inference.inputs.DOC_STRIDE (a test holds them equal)
+                        help="tokens two neighbouring windows of a long QA context share (lowered where the question "
+                             "leaves less room); the context is read whole, window by window")
     parser.add_argument("--auto-truncate", action="store_true",
                         help="cut over-long inputs unless a request says truncate: false (default: off, refused)")
     parser.add_argument("--graceful-timeout", type=float,
@@ -105,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
         max_client_batch_size=args.max_client_batch_size, max_input_length=args.max_input_length,
         payload_limit=args.payload_limit, request_timeout_s=args.request_timeout, auto_truncate=args.auto_truncate,
-        batching=args.batching, device=args.device, dtype=args.dtype, threads=args.threads,
+        batching=args.batching, device=args.device, dtype=args.dtype, threads=args.threads, doc_stride=args.doc_stride,
     )
     specs = [parse_adapter_arg(text) for text in [*args.adapters, *args.adapter]]
     base_model = args.base_model

@@ -9,6 +9,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional
 
+from bitfit_hf.inference.inputs import DOC_STRIDE
 from bitfit_hf.utils.errors import UserError
 
 #: The environment variable holding the admin token (the admin routes are off without it).
@@ -54,6 +55,7 @@ class ServeConfig:
     device: str = "auto"
     dtype: str = "auto"               # "auto": bfloat16 on a CUDA device, float32 on a CPU
     threads: Optional[int] = None     # torch intra-op threads of the worker; None: torch's default
+    doc_stride: int = DOC_STRIDE      # tokens two neighbouring windows of a long QA context share
 
     def __post_init__(self):
         positive = {"max_batch_size": self.max_batch_size, "max_queue": self.max_queue,
@@ -73,6 +75,8 @@ class ServeConfig:
             raise ServeError(f"--batching is 'mixed' or 'switch', not {self.batching!r}.")
         if self.dtype not in DTYPES:
             raise ServeError(f"--dtype is {', '.join(DTYPES)}, not {self.dtype!r}.")
+        if self.doc_stride < 0:
+            raise ServeError(f"--doc-stride must be 0 or more (got {self.doc_stride}).")
         if self.threads is not None and self.threads <= 0:
             raise ServeError(f"--threads must be positive (got {self.threads}).")
 

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.inference.answers import answer
-from bitfit_hf.inference.inputs import DOC_STRIDE, InputRefused, check_items, encode, length_limit, parse_inputs
+from bitfit_hf.inference.inputs import InputRefused, check_items, encode, length_limit, parse_inputs
 from bitfit_hf.inference.predictor import pad_id_of
 from bitfit_hf.serving.batcher import Draining, Job, QueueFull, Worker
 from bitfit_hf.serving.config import ADMIN_TOKEN_ENV, AdapterSpec, ServeConfig, ServeError, check_name
@@ -139,7 +139,7 @@ class Engine:
             "adapters": len(self.registry.entries),
             "max_batch_size": c.max_batch_size, "max_wait_ms": c.max_wait_ms, "max_queue": c.max_queue,
             "max_concurrent_requests": c.max_queue, "max_client_batch_size": c.max_client_batch_size,
-            "max_input_length": self.max_input_length, "payload_limit": c.payload_limit,
+            "max_input_length": self.max_input_length, "doc_stride": c.doc_stride, "payload_limit": c.payload_limit,
             "request_timeout_s": c.request_timeout_s, "auto_truncate": c.auto_truncate, "batching": c.batching,
             "admin": self.admin_token is not None,
         }
@@ -204,7 +204,8 @@ class Engine:
             side = self.tokenizer.truncation_side
             self.tokenizer.truncation_side = direction.lower()
             try:
-                encoded = encode(self.tokenizer, entry.task, parsed.items, self.max_input_length, truncate, DOC_STRIDE)
+                encoded = encode(self.tokenizer, entry.task, parsed.items, self.max_input_length, truncate,
+                                 self.config.doc_stride)
             finally:
                 self.tokenizer.truncation_side = side
         except InputRefused as err:

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from serve_support import adapters, predict, specs, start_server  # noqa: F401 - fixtures
+from serve_support import adapters, call, predict, specs, start_server  # noqa: F401 - fixtures
 from tiny import NEEDLE, alone, long_qa, make_adapter, make_needle_qa, tiny_tokenizer
 
 from bitfit_hf.cli.main import main
@@ -96,3 +96,23 @@ def test_every_adapter_takes_tei_layouts(adapters, start_server):  # noqa: F811
     assert status == 200 and [(a["answer"], a["start"]) for a in body] == [(answered["answer"], answered["start"])] * 2
     status, _, body = predict(server.url, {"inputs": [[q]], "adapter": "qa"})
     assert status == 422 and "no context" in body["error"]
+
+
+def test_doc_stride_is_the_servers_to_choose(needle, start_server):
+    """--doc-stride reaches the windows (its default is the one predict and the pipeline use); with little overlap
+    the needle is still found, and a negative stride is one clear error."""
+    import argparse
+
+    from bitfit_hf.cli import serve_cmd
+    from bitfit_hf.inference.inputs import DOC_STRIDE
+    from bitfit_hf.serving.config import ServeConfig, ServeError
+
+    parser = argparse.ArgumentParser()
+    serve_cmd.register(parser.add_subparsers())
+    assert parser.parse_args(["serve"]).doc_stride == DOC_STRIDE == ServeConfig().doc_stride
+    with pytest.raises(ServeError, match="--doc-stride"):
+        ServeConfig(doc_stride=-1)
+    question, context, start = long_qa()
+    server = start_server([AdapterSpec("needle", needle)], doc_stride=4)
+    assert predict(server.url, {"inputs": [question, context], "adapter": "needle"})[2]["start"] == start
+    assert '"doc_stride": 4' in str(call(server.url, "GET", "/info")[2]).replace("'", '"')
