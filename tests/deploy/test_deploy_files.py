@@ -252,7 +252,7 @@ def test_kubernetes_command_serves_health_and_stops_on_sigterm(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.wait(args.graceful_timeout + 10)
         assert time.monotonic() - started < args.graceful_timeout
-        assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), proc.stderr.read()[-2000:]
+        assert proc.returncode == 0, proc.stderr.read()[-2000:]  # a drained stop is a clean exit for a supervisor
     finally:
         if proc.poll() is None:
             proc.kill()
