@@ -40,7 +40,9 @@ from bitfit_hf.recipe_kit.data import (
     split_source,
     splits_in_use,
 )
+from bitfit_hf.recipe_kit.fast_path import apply_fast_path
 from bitfit_hf.recipe_kit.loading import check_base_loading, ensure_pad_token
+from bitfit_hf.training.collapse import token_constant_loss
 
 
 @dataclass
@@ -189,6 +191,8 @@ def main(argv=None):
         }
     collator = default_data_collator if packed else DataCollatorForSeq2Seq(
         tokenizer, label_pad_token_id=-100, pad_to_multiple_of=recipe.pad_multiple(training_args))
+    # --fast_path: compiled step, batches padded to a few lengths (docs/speed.md)
+    collator = apply_fast_path(training_args, collator, block_size, len(features["train"]) if "train" in features else None)
 
     # 5. BitFitTrainer: biases (added ones too) of the decoder; the LM head stays frozen (tied embeddings).
     trainer = BitFitTrainer(
@@ -205,6 +209,7 @@ def main(argv=None):
         trainer, parsed, evaluate,
         num_train_samples=len(features["train"]) if "train" in features else None,
         eval_counts={"eval_samples": len(features["validation"])} if "validation" in features else None,
+        constant_loss=token_constant_loss(features.get("train")),  # what a diverging run climbs towards
     )
 
     # 7. The model card (README.md), pushed with the adapter under --push_to_hub.

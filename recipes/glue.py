@@ -32,10 +32,12 @@ from bitfit_hf.recipe_kit.data import (
     split_source,
     splits_in_use,
 )
+from bitfit_hf.recipe_kit.fast_path import apply_fast_path
 from bitfit_hf.recipe_kit.loading import ensure_pad_token
 from bitfit_hf.recipe_kit.tasks.classification import (
     canonicalize_glue_columns,
     check_texts,
+    constant_loss,
     encode_labels,
     get_task,
     is_fully_labelled,
@@ -153,6 +155,8 @@ def main(argv=None):
         collator = default_data_collator
     else:
         collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=recipe.pad_multiple(training_args))
+    # --fast_path: compiled step, batches padded to a few lengths (docs/speed.md)
+    collator = apply_fast_path(training_args, collator, max_seq_length, len(features["train"]) if "train" in features else None)
 
     # 6. BitFitTrainer: trains the selected biases and the head (everything with --method full).
     trainer = BitFitTrainer(
@@ -175,6 +179,7 @@ def main(argv=None):
         trainer, parsed, lambda prefix: recipe.evaluate_sets(trainer, eval_sets, prefix=prefix),
         num_train_samples=len(features["train"]) if "train" in features else None,
         eval_counts={"eval_samples": len(features["validation"])} if "validation" in features else None,
+        constant_loss=constant_loss(features.get("train"), label_spec.is_regression),  # what a collapse sits at
     )
 
     # 8. Predict: predict_results_<task>.txt (index, label name), and metrics when the test split has labels.

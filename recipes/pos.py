@@ -28,13 +28,16 @@ from bitfit_hf.metrics.loading import load_metric
 from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
+from bitfit_hf.recipe_kit.fast_path import apply_fast_path
 from bitfit_hf.recipe_kit.loading import ensure_pad_token
 from bitfit_hf.recipe_kit.tasks.tagging import (
     check_tagged_split,
+    constant_loss,
     make_tokenize_and_align,
     read_tagging_native,
     resolve_tag_set,
     resolve_tagging_columns,
+    warn_if_constant_tags,
     word_level_predictions,
     write_tagged_predictions,
 )
@@ -130,7 +133,14 @@ def main(argv=None):
 
     def compute_metrics(eval_pred):  # the packaged `evaluate` module, offline
         logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
-        return load_metric("token_accuracy").compute(predictions=np.argmax(logits, -1), references=eval_pred.label_ids)
+        predictions = np.argmax(logits, -1)
+        warn_if_constant_tags(predictions, eval_pred.label_ids, label_list)  # every word one tag: the run collapsed
+        return load_metric("token_accuracy").compute(predictions=predictions, references=eval_pred.label_ids)
+
+    # --fast_path: compiled step, batches padded to a few lengths (docs/speed.md)
+    collator = apply_fast_path(training_args, DataCollatorForTokenClassification(
+        tokenizer, pad_to_multiple_of=recipe.pad_multiple(training_args)), max_seq_length,
+        len(features["train"]) if "train" in features else None)
 
     # 6. BitFitTrainer: trains the selected biases and the head (everything with --method full).
     trainer = BitFitTrainer(
@@ -139,7 +149,7 @@ def main(argv=None):
         train_dataset=features.get("train"),
         eval_dataset=features.get("validation"),
         processing_class=tokenizer,
-        data_collator=DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=recipe.pad_multiple(training_args)),
+        data_collator=collator,
         compute_metrics=compute_metrics,
         **recipe.trainer_options(model_args, bitfit_config),
     )
@@ -153,6 +163,7 @@ def main(argv=None):
         eval_counts=None if validation is None else {
             "eval_samples": len(validation), "eval_words": int(sum(len(words) for words in validation[text_column]))
         },
+        constant_loss=constant_loss(features.get("train")),  # what a collapse sits at
     )
 
     # 8. Predict: predictions.txt in word/TAG format (plus accuracy when the test split has tags).

@@ -25,10 +25,12 @@ from bitfit_hf.metrics.loading import load_metric
 from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
+from bitfit_hf.recipe_kit.fast_path import apply_fast_path
 from bitfit_hf.recipe_kit.tasks.qa import (
     QuestionAnsweringTrainer,
     check_qa_split,
     check_window_sizes,
+    constant_loss,
     make_eval_features_function,
     make_train_features_function,
     postprocess_qa_predictions,
@@ -127,6 +129,11 @@ def main(argv=None):
         predictions = [{"id": key, "prediction_text": text} for key, text in found.items()]
         return load_metric("squad").compute(predictions=predictions, references=references)  # packaged `evaluate` module
 
+    # --fast_path: compiled step, batches padded to a few lengths (docs/speed.md)
+    collator = apply_fast_path(training_args, default_data_collator if data_args.pad_to_max_length else DataCollatorWithPadding(
+        tokenizer, pad_to_multiple_of=recipe.pad_multiple(training_args)), data_args.max_seq_length,
+        len(features["train"]) if "train" in features else None)
+
     # 5. A BitFitTrainer whose evaluate() turns window logits into answers and scores them.
     trainer = QuestionAnsweringTrainer(
         model=model,
@@ -135,9 +142,7 @@ def main(argv=None):
         eval_dataset=features.get("validation"),
         eval_examples=examples.get("validation"),
         processing_class=tokenizer,
-        data_collator=default_data_collator if data_args.pad_to_max_length else DataCollatorWithPadding(
-            tokenizer, pad_to_multiple_of=recipe.pad_multiple(training_args)
-        ),
+        data_collator=collator,
         post_process_function=post_process,
         compute_answer_metrics=score,
         **recipe.trainer_options(model_args, bitfit_config),
@@ -149,6 +154,7 @@ def main(argv=None):
         trainer, parsed, lambda prefix: trainer.evaluate(metric_key_prefix=prefix),
         num_train_samples=len(examples["train"]) if "train" in examples else None,
         eval_counts={"eval_samples": len(examples["validation"])} if "validation" in examples else None,
+        constant_loss=constant_loss(features.get("train")),  # what a collapse sits at
     )
 
     # 7. Predict: predict_predictions.json (id -> answer), scored when the test questions have answers.

@@ -525,16 +525,23 @@ def train_and_evaluate(
     evaluate: Callable[[str], Dict[str, float]],
     num_train_samples: Optional[int],
     eval_counts: Optional[Dict[str, int]] = None,
+    constant_loss: Any = None,
 ) -> Dict[str, float]:
     """The middle of every recipe: evaluate the untrained model (``init_eval_*``, unless
     ``--eval_before_training false``), train and save, evaluate again; writes ``train_results.json`` and
     ``eval_results.json``. ``evaluate(prefix)`` returns metrics keyed ``<prefix>_*``; ``eval_counts``
-    (e.g. ``{"eval_samples": 872}``) are added to the final evaluation's metrics."""
+    (e.g. ``{"eval_samples": 872}``) are added to the final evaluation's metrics. Training is watched for a
+    collapse (:class:`~bitfit_hf.training.collapse.CollapseCallback`): ``constant_loss`` is the training loss of
+    a prediction that ignores the input (the task module's ``constant_loss``; ``None``: no such level, only the
+    non-finite and rising checks)."""
     training_args = parsed.training
     init_metrics: Dict[str, float] = {}
     if training_args.do_eval and training_args.do_train and parsed.bitfit.eval_before_training:
         init_metrics = evaluate_before_training(trainer, lambda: evaluate("init_eval"))
     if training_args.do_train:
+        from bitfit_hf.training.collapse import CollapseCallback
+
+        trainer.add_callback(CollapseCallback(constant_loss))
         train_and_save(trainer, training_args, num_train_samples)
     if not training_args.do_eval:
         return {}

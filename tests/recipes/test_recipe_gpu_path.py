@@ -127,3 +127,42 @@ def test_fused_stays_fused_on_a_gpu_and_becomes_foreach_on_cpu():
     assert foreach_on_cpu(kwargs, [{"params": [Fake("cuda"), Fake("cuda")]}]) == kwargs
     assert foreach_on_cpu(kwargs, [{"params": [Fake("cpu")]}]) == {"fused": False, "foreach": True, "betas": (0.9, 0.999)}
     assert foreach_on_cpu({"foreach": None}, [{"params": [Fake("cpu")]}]) == {"foreach": None}  # --optim adamw_torch
+
+
+#: What the compiled fast path may change in a trained tensor after FAST_STEPS steps at the recipes' BitFit rate on
+#: the CPU (docs/speed.md states the same bound): Inductor reorders floating-point sums, and AdamW turns a
+#: gradient's last bits into up to one step of ``lr`` where that gradient is near zero. Dropout is off: its masks
+#: depend on the padded length and on the generator (Inductor's differs from eager's), the training does not.
+FAST_STEPS = 3
+FAST_ATOL = 1e-3
+
+
+def _fast_run(recipe, tiny_base, out, *flags):
+    seen = _capture(recipe)
+    recipe.main(["--model_name_or_path", tiny_base, "--output_dir", str(out), "--do_train",
+                 "--max_train_samples", "48", "--max_steps", str(FAST_STEPS), "--per_device_train_batch_size", "8",
+                 "--save_strategy", "no", "--disable_tqdm", "True", "--use_cpu", "--seed", "0", *flags])
+    return seen["trainer"]
+
+
+@pytest.mark.slow
+def test_fast_path_adapter_matches_the_eager_run(tmp_path, tiny_base):
+    base = tmp_path / "base"
+    T.AutoTokenizer.from_pretrained(tiny_base).save_pretrained(base)
+    T.BertModel.from_pretrained(tiny_base, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).save_pretrained(base)
+    tiny_base = str(base)
+    recipe = load_recipe("glue")
+    eager = _fast_run(recipe, tiny_base, tmp_path / "eager", "--fast_path", "off")
+    fast = _fast_run(recipe, tiny_base, tmp_path / "fast", "--fast_path", "on")
+    assert not eager.args.torch_compile and type(eager.model_wrapped).__name__ != "OptimizedModule"
+    assert fast.args.torch_compile and fast.drop_last_train_batch and not fast.args.dataloader_drop_last
+    assert type(fast.model_wrapped).__name__ == "OptimizedModule"  # trained through Inductor
+    assert type(fast.data_collator).__name__ == "BucketPadding" and fast.data_collator.buckets == (8, 16, 32, 64)
+    a, b = BitFitAdapter.from_pretrained(str(tmp_path / "eager")), BitFitAdapter.from_pretrained(str(tmp_path / "fast"))
+    assert a.config.adapter_parameters == b.config.adapter_parameters
+    assert not any("_orig_mod" in name for name in b.config.adapter_parameters)
+    worst = max((a.tensors[n] - b.tensors[n]).abs().max().item() for n in a.tensors)
+    print(f"fast path vs eager, largest difference in a trained tensor: {worst:.2e}")
+    assert worst <= FAST_ATOL, worst
+    moved = max((a.tensors[n] - a.tensors[n].clone().zero_()).abs().max().item() for n in a.tensors)
+    assert moved > 10 * FAST_ATOL  # the bound is small beside what training moved

@@ -13,6 +13,7 @@ from bitfit_hf.recipe_kit.data import load_data_file, load_raw_datasets, read_ts
 from bitfit_hf.recipe_kit.tasks.classification import (
     LabelSpec,
     canonicalize_glue_columns,
+    constant_loss,
     encode_labels,
     get_task,
     is_fully_labelled,
@@ -214,3 +215,15 @@ def test_a_constant_prediction_is_called_out_with_the_majority_class_score(caplo
         make_compute_metrics(None, False)(EvalPrediction(predictions=varied, label_ids=labels))
         make_compute_metrics(None, False)(EvalPrediction(predictions=constant[:5], label_ids=labels[:5]))  # too few to say
     assert not [r for r in caplog.records if "same class" in r.getMessage()]
+
+
+def test_constant_loss_is_what_a_collapsed_classifier_scores_in_training():
+    """The collapse callback's level: the entropy of the training labels (unlabelled rows left out), or their
+    variance for regression; nothing without labels."""
+    import math
+
+    level = constant_loss(ds(label=[0, 1, 1, 1, -1]), is_regression=False)
+    assert level.value == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)))
+    assert level.source == "the entropy of the training labels"
+    assert constant_loss(ds(label=[1.0, 2.0, 3.0]), is_regression=True).value == pytest.approx(2 / 3)
+    assert constant_loss(ds(sentence=["a"]), is_regression=False) is None and constant_loss(None, False) is None

@@ -11,10 +11,12 @@ from bitfit_hf.recipe_kit import RecipeError
 from bitfit_hf.recipe_kit.tasks.qa import (
     check_qa_split,
     check_window_sizes,
+    constant_loss,
     make_eval_features_function,
     make_train_features_function,
     postprocess_qa_predictions,
     read_squad_native,
+    warn_if_constant_answers,
 )
 
 FILLER = "The committee met on a rainy Tuesday to discuss the annual budget of the town library. "
@@ -176,3 +178,33 @@ def test_squad_json_reader(tmp_path):
     lines = tmp_path / "x.jsonl"
     lines.write_text('{"id": "q1"}\n')
     assert read_squad_native(str(lines)) is None
+
+
+def _nbest(spans):
+    return {str(i): [{"text": "x", "offsets": list(span)}] for i, span in enumerate(spans)}
+
+
+def test_every_question_one_answer_is_called_out(caplog):
+    ids = [str(i) for i in range(25)]
+    with caplog.at_level("WARNING", logger="bitfit_hf.recipe_kit.tasks.qa"):
+        assert warn_if_constant_answers(dict.fromkeys(ids, ""), _nbest([(0, 0)] * 25))  # no valid span anywhere
+        # different texts, the same span of every context: answered by position, not by the question
+        spans = {i: f"word{i}" for i in ids}
+        assert warn_if_constant_answers(spans, _nbest([(0, 5)] * 25))
+        assert not warn_if_constant_answers(spans, _nbest([(0, 5)] * 24 + [(6, 9)]))  # one differs
+        assert not warn_if_constant_answers(spans, None)  # no offsets to compare
+        assert not warn_if_constant_answers(dict.fromkeys(ids[:10], "a"))  # 10 questions: too few to say
+    messages = [r.getMessage() for r in caplog.records if "questions got" in r.getMessage()]
+    assert len(messages) == 2
+    assert "all 25 questions got the same answer, ''" in messages[0] and "--learning_rate" in messages[0]
+    assert "the same span of their contexts (characters 0-5)" in messages[1]
+
+
+def test_constant_loss_is_the_entropy_of_the_answer_positions():
+    import math
+
+    features = datasets.Dataset.from_dict({"start_positions": [5, 5, 7, 7], "end_positions": [6, 6, 6, 6]})
+    level = constant_loss(features)
+    assert level.value == pytest.approx((math.log(2) + 0.0) / 2)  # the QA loss: the mean of start and end
+    assert "answer positions" in level.source
+    assert constant_loss(datasets.Dataset.from_dict({"example_id": ["a"]})) is None

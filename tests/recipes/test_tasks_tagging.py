@@ -13,10 +13,12 @@ from bitfit_hf.recipe_kit.tasks.tagging import (
     PTB_TAGS,
     align_labels_with_words,
     check_tagged_split,
+    constant_loss,
     make_tokenize_and_align,
     read_tagging_native,
     resolve_tag_set,
     resolve_tagging_columns,
+    warn_if_constant_tags,
     word_level_predictions,
     write_tagged_predictions,
 )
@@ -117,3 +119,31 @@ def test_native_readers_and_prediction_file(tmp_path):
     missed = write_tagged_predictions(str(out), [["1/2", "cup", "sugar"]], [["CD", "NN"]])
     assert out.read_text() == "1\\/2/CD cup/NN sugar/_\n" and missed == 1
     assert read_tagging_native(str(out))["tokens"] == [["1/2", "cup", "sugar"]]
+
+
+def test_every_word_one_tag_is_called_out(caplog):
+    """Scored positions only (-100 left out, whatever is predicted there), tag names shown, logits accepted."""
+    labels = np.array([[X, 0, 1, 2, 0, X, X]] * 6)  # 24 scored words: NN 12, DT 6, VB 6
+    constant = np.zeros((6, 7, 3))
+    constant[:, :, 0] = 1.0  # NN everywhere
+    constant[:, 0, :] = [0.0, 0.0, 9.0]  # another tag at an ignored position does not count
+    names = ["NN", "DT", "VB"]
+    with caplog.at_level("WARNING", logger="bitfit_hf.recipe_kit.tasks.tagging"):
+        assert warn_if_constant_tags(constant, labels, names)
+        varied = constant.argmax(-1)
+        varied[0, 2] = 1
+        assert not warn_if_constant_tags(varied, labels, names)
+        assert not warn_if_constant_tags(constant[:2], labels[:2], names)  # 8 words: too few to say
+    [message] = [r.getMessage() for r in caplog.records if "same tag" in r.getMessage()]
+    assert "all 24 scored words were given the same tag (NN)" in message
+    assert "scores 50.0% here (the majority tag NN scores 50.0%)" in message and "--learning_rate" in message
+
+
+def test_constant_loss_is_the_entropy_of_the_tags_the_loss_sees():
+    import math
+
+    features = datasets.Dataset.from_dict({"labels": [[X, 3, 3, X], [4, X, 3, 4]]})
+    level = constant_loss(features)
+    assert level.value == pytest.approx(-(0.6 * math.log(0.6) + 0.4 * math.log(0.4)))
+    assert level.source == "the entropy of the training tags"
+    assert constant_loss(None) is None and constant_loss(datasets.Dataset.from_dict({"tokens": [["a"]]})) is None

@@ -19,6 +19,8 @@ from bitfit_hf.metrics.glue import GLUE_TASKS, GlueTask
 from bitfit_hf.metrics.loading import load_metric
 from bitfit_hf.recipe_kit.data import check_text_values
 from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.training.collapse import ConstantLoss, label_entropy, label_variance
+from bitfit_hf.training.collapse import warn_if_constant as warn_constant
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ __all__ = [
     "make_tokenize_function",
     "make_compute_metrics",
     "warn_if_constant",
+    "constant_loss",
     "read_glue_native",
     "write_predictions",
     "UNLABELED",
@@ -277,24 +280,25 @@ def make_tokenize_function(tokenizer, key1: str, key2: Optional[str], max_seq_le
     return tokenize
 
 
-#: Fewer scored examples than this say nothing about a constant prediction (a handful can agree by chance).
-CONSTANT_MIN_EXAMPLES = 20
-
-
 def warn_if_constant(preds: np.ndarray, labels: np.ndarray) -> bool:
     """Warn when every scored example got the same class: the run learned nothing (it collapsed, or never left its
     start), whatever its accuracy looks like; the warning puts that score beside the majority class's. Returns
-    whether it warned."""
-    values, counts = np.unique(labels, return_counts=True)
-    if preds.size < CONSTANT_MIN_EXAMPLES or values.size < 2 or np.unique(preds).size != 1:
-        return False
-    majority = counts.max() / labels.size
-    logger.warning(
-        "all %d evaluated examples were given the same class (%s): the model learned a constant prediction, which "
-        "scores %.1f%% here (the majority class %s scores %.1f%%). Training collapsed or never started: try a lower "
-        "--learning_rate (on a base-size checkpoint, a third of the recipes' default), or more training steps.",
-        preds.size, preds.flat[0], 100 * float((preds == labels).mean()), values[counts.argmax()], 100 * majority)
-    return True
+    whether it warned (:func:`bitfit_hf.training.collapse.warn_if_constant`, shared with tagging)."""
+    return warn_constant(preds, labels, "evaluated examples", "class", source=logger)
+
+
+def constant_loss(dataset, is_regression: bool) -> Optional[ConstantLoss]:
+    """The training loss of the best prediction that ignores the sentence, from the encoded training split's
+    labels: their entropy (cross-entropy of predicting the class frequencies), or their variance (the mean
+    squared error of predicting their mean) for regression. What :class:`CollapseCallback` watches for."""
+    if dataset is None or "label" not in dataset.column_names:
+        return None
+    labels = dataset["label"]
+    if is_regression:
+        value = label_variance(labels)
+        return None if value is None else ConstantLoss(value, "the variance of the training labels")
+    value = label_entropy([label for label in labels if label != UNLABELED])
+    return None if value is None else ConstantLoss(value, "the entropy of the training labels")
 
 
 def make_compute_metrics(task: Optional[GlueTask], is_regression: bool) -> Callable:

@@ -26,6 +26,7 @@ import numpy as np
 
 from bitfit_hf.hub.trainer import BitFitTrainer
 from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.training.collapse import CONSTANT_MIN_EXAMPLES, ConstantLoss, label_entropy, learning_rate_advice
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,8 @@ __all__ = [
     "make_train_features_function",
     "make_eval_features_function",
     "postprocess_qa_predictions",
+    "warn_if_constant_answers",
+    "constant_loss",
     "QuestionAnsweringTrainer",
     "read_squad_native",
 ]
@@ -266,6 +269,42 @@ def postprocess_qa_predictions(
     return answers, nbest_all
 
 
+def warn_if_constant_answers(answers: Dict[str, str], nbest: Optional[Dict[str, List[Dict[str, Any]]]] = None) -> bool:
+    """Warn when every question got the same answer: the same text (every answer empty included: no valid span
+    anywhere), or the same span of its context (the same character offsets, from ``nbest``'s best candidate): the
+    model answers without reading the question, whatever its score. Returns whether it warned (never for fewer
+    than 20 questions)."""
+    if len(answers) < CONSTANT_MIN_EXAMPLES:
+        return False
+    texts = set(answers.values())
+    if len(texts) == 1:
+        what = f"the same answer, {next(iter(texts))!r}"
+    else:
+        best = [candidates[0].get("offsets") if candidates and isinstance(candidates[0], dict) else None
+                for candidates in (nbest or {}).values()]
+        spans = {tuple(offsets) for offsets in best if offsets is not None}
+        if len(best) != len(answers) or len(spans) != 1 or None in best:
+            return False
+        start, end = next(iter(spans))
+        what = f"the same span of their contexts (characters {start}-{end})"
+    logger.warning(
+        "all %d questions got %s: the model learned a constant prediction and answers without reading the question. "
+        "Training collapsed or never started: %s.", len(answers), what, learning_rate_advice())
+    return True
+
+
+def constant_loss(features) -> Optional[ConstantLoss]:
+    """The training loss of the best prediction that ignores the question and context: the mean of the entropies
+    of the answer-start and answer-end positions of the training windows (the QA loss is the mean of the start and
+    end cross-entropies). What :class:`CollapseCallback` watches for."""
+    if features is None or not {"start_positions", "end_positions"} <= set(features.column_names):
+        return None
+    start, end = label_entropy(features["start_positions"]), label_entropy(features["end_positions"])
+    if start is None or end is None:
+        return None
+    return ConstantLoss((start + end) / 2, "the entropy of the answer positions of the training windows")
+
+
 # --------------------------------------------------------------------------- trainer
 
 
@@ -301,6 +340,8 @@ class QuestionAnsweringTrainer(BitFitTrainer):
         predictions = output.predictions
         answers, nbest = self.post_process_function(examples, dataset, (predictions[0], predictions[1]), metric_key_prefix)
         self.last_answers[metric_key_prefix] = {"answers": answers, "nbest": nbest}
+        if self.is_world_process_zero():
+            warn_if_constant_answers(answers, nbest)
         if self.compute_answer_metrics is not None:
             scored = self.compute_answer_metrics(answers, examples)
             metrics.update({f"{metric_key_prefix}_{k}": v for k, v in scored.items()})

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.training.collapse import ConstantLoss, label_entropy, warn_if_constant
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +30,8 @@ __all__ = [
     "make_tokenize_and_align",
     "read_tagging_native",
     "word_level_predictions",
+    "warn_if_constant_tags",
+    "constant_loss",
     "write_tagged_predictions",
 ]
 
@@ -217,6 +220,27 @@ def word_level_predictions(predictions: np.ndarray, labels: np.ndarray, ignore_i
     if predictions.ndim == labels.ndim + 1:
         predictions = predictions.argmax(-1)
     return [[int(p) for p, l in zip(pred_row, label_row) if l != ignore_index] for pred_row, label_row in zip(predictions, labels)]
+
+
+def warn_if_constant_tags(predictions: np.ndarray, labels: np.ndarray, tag_names: Optional[Sequence[str]] = None,
+                          ignore_index: int = IGNORE_INDEX) -> bool:
+    """Warn when every scored word (labelled sub-token) got the same tag: the run learned nothing from the
+    sentence, whatever its accuracy (NN for every word scores about 14% on the WSJ sample). ``predictions``:
+    tag ids or logits, aligned with ``labels``. Returns whether it warned."""
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    if predictions.ndim == labels.ndim + 1:
+        predictions = predictions.argmax(-1)
+    scored = labels != ignore_index
+    return warn_if_constant(predictions[scored], labels[scored], "scored words", "tag", source=logger, names=tag_names)
+
+
+def constant_loss(features) -> Optional[ConstantLoss]:
+    """The training loss of the best prediction that ignores the sentence: the entropy of the tags the loss sees
+    (the training features' ``labels``, -100 left out). What :class:`CollapseCallback` watches for."""
+    if features is None or "labels" not in features.column_names:
+        return None
+    value = label_entropy(features["labels"], ignore_index=IGNORE_INDEX)
+    return None if value is None else ConstantLoss(value, "the entropy of the training tags")
 
 
 # --------------------------------------------------------------------------- files
