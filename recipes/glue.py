@@ -4,15 +4,16 @@
     accelerate launch recipes/glue.py                      # offline default: SST-2-style movie-review sentiment
     accelerate launch recipes/glue.py --task_name rte      # a GLUE task from the Hub (nyu-mll/glue)
     python recipes/glue.py --task_name mrpc --train_file train.tsv --validation_file dev.tsv
-    python recipes/glue.py --method full                   # the full fine-tuning baseline (lr 1e-4)
-    python recipes/glue.py --method adapterbias            # AdapterBias (lr 3e-3); --share_alpha: one L_alpha
+    python recipes/glue.py --method full                   # the full fine-tuning baseline
+    python recipes/glue.py --method adapterbias            # AdapterBias; --share_alpha: one L_alpha
     python recipes/glue.py --bias_terms b_q b_m2           # the paper's 0.04% subset
 
 All nine tasks with their official metrics: CoLA (Matthews correlation), SST-2 (accuracy), MRPC and QQP
 (accuracy, F1), STS-B (Pearson, Spearman; regression head), MNLI (matched, and mismatched as *_mm),
 QNLI, RTE, WNLI (accuracy). Without --task_name, any csv/tsv/json/jsonl file with one or two text
 columns and a label column works (accuracy; MSE/Pearson/Spearman for float labels).
-Every flag of transformers' TrainingArguments is accepted; `--help` lists them all.
+Every flag of transformers' TrainingArguments is accepted; `--help` lists them all, and each method's default
+learning rate (from a sweep) under `--method`.
 """
 
 from dataclasses import dataclass, field
