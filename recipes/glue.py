@@ -19,7 +19,6 @@ learning rate (from a sweep) under `--method`.
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, default_data_collator
 
 from bitfit_hf import BitFitTrainer
@@ -195,10 +194,9 @@ def main(argv=None):
                 dataset = dataset.remove_columns("label")  # GLUE test splits: label -1, predictions only
             output = trainer.predict(dataset, metric_key_prefix="predict")
             logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
-            predictions = np.squeeze(logits, -1) if label_spec.is_regression else np.argmax(logits, axis=-1)
-            if trainer.is_world_process_zero():
+            if trainer.is_world_process_zero():  # answers as `bitfit-hf predict` and the server give them
                 path = f"{training_args.output_dir}/predict_results_{task_label}{suffix.replace('_mismatched', '-mm')}.txt"
-                write_predictions(path, predictions, label_spec)
+                write_predictions(path, logits, label_spec)
             tag = "_mm" if suffix else ""
             predict_metrics.update({f"{k}{tag}": v for k, v in output.metrics.items()})
             predict_metrics[f"predict_samples{tag}"] = len(dataset)

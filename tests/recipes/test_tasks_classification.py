@@ -172,10 +172,19 @@ def test_metrics_match_the_official_definitions():
 
 
 def test_prediction_file(tmp_path):
+    """The label of each row is the answer bitfit-hf predict and the server give for the same logits."""
+    import torch
+
+    from bitfit_hf.inference.answers import classification_answer
+
     path = tmp_path / "predict_results_sst2.txt"
-    write_predictions(str(path), np.array([1, 0]), LabelSpec(["negative", "positive"]))
-    assert path.read_text() == "index\tprediction\n0\tpositive\n1\tnegative\n"
-    write_predictions(str(path), np.array([1.23456]), LabelSpec([], is_regression=True))
+    logits = np.array([[-1.0, 2.0], [0.5, -0.5], [0.3, 0.3]], dtype=np.float32)
+    spec = LabelSpec(["negative", "positive"])
+    write_predictions(str(path), logits, spec)
+    assert path.read_text() == "index\tprediction\n0\tpositive\n1\tnegative\n2\tnegative\n"  # a tie: the first
+    served = [classification_answer(torch.tensor(row), spec.id2label, None)[0]["label"] for row in logits]
+    assert path.read_text().splitlines()[1:] == [f"{i}\t{label}" for i, label in enumerate(served)]
+    write_predictions(str(path), np.array([[1.23456]]), LabelSpec([], is_regression=True))
     assert path.read_text() == "index\tprediction\n0\t1.235\n"
 
 

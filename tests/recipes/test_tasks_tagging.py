@@ -147,3 +147,21 @@ def test_constant_loss_is_the_entropy_of_the_tags_the_loss_sees():
     assert level.value == pytest.approx(-(0.6 * math.log(0.6) + 0.4 * math.log(0.4)))
     assert level.source == "the entropy of the training tags"
     assert constant_loss(None) is None and constant_loss(datasets.Dataset.from_dict({"tokens": [["a"]]})) is None
+
+
+def test_the_recipe_tags_each_word_as_predict_and_the_server_do():
+    """The POS recipe's predictions.txt reads the first sub-token of each word (positions labelled in training);
+    bitfit_hf.inference.answers.tagging_answer, behind predict and the server, reads the same tokens: the tags agree."""
+    import torch
+
+    from bitfit_hf.inference.answers import tagging_answer
+    from bitfit_hf.recipe_kit.tasks.tagging import word_level_predictions
+
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(1, 9, 5, generator=generator)
+    word_ids = [None, 0, 0, 1, 2, 2, 2, 3, None]  # [CLS] w0 w0 w1 w2 w2 w2 w3 [SEP]
+    labels = np.array([[-100, 1, -100, 2, 0, -100, -100, 4, -100]])  # labelled at each word's first sub-token
+    ours = word_level_predictions(logits.numpy(), labels)[0]
+    words = [(f"w{i}", 3 * i, 3 * i + 2) for i in range(4)]
+    served = tagging_answer(logits[0], {"words": words, "word_ids": word_ids}, {i: str(i) for i in range(5)})
+    assert [int(span["tag"]) for span in served["spans"]] == ours

@@ -360,11 +360,17 @@ def read_glue_native(path: str, task: Optional[GlueTask]):
     return datasets.Dataset.from_list(converted)
 
 
-def write_predictions(path: str, predictions: np.ndarray, spec: LabelSpec) -> None:
-    """GLUE-submission style: ``index<TAB>prediction`` (label names; 3 decimals for regression)."""
+def write_predictions(path: str, logits: np.ndarray, spec: LabelSpec) -> None:
+    """GLUE-submission style: ``index<TAB>prediction`` (label names; 3 decimals for regression), each row's answer
+    from :func:`bitfit_hf.inference.answers.classification_answer`, as ``bitfit-hf predict`` and the server give it."""
+    import torch
+
+    from bitfit_hf.inference.answers import classification_answer
     from bitfit_hf.utils.io import write_text_atomic
 
+    problem_type = "regression" if spec.is_regression else "single_label_classification"
     lines = ["index\tprediction"]
-    for index, value in enumerate(predictions):
-        lines.append(f"{index}\t{value:3.3f}" if spec.is_regression else f"{index}\t{spec.names[int(value)]}")
+    for index, row in enumerate(np.asarray(logits, dtype=np.float32).reshape(len(logits), -1)):
+        best = classification_answer(torch.from_numpy(row), spec.id2label, problem_type, top_k=1)[0]
+        lines.append(f"{index}\t{best['score']:3.3f}" if spec.is_regression else f"{index}\t{best['label']}")
     write_text_atomic(path, "\n".join(lines) + "\n")
