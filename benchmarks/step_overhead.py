@@ -5,7 +5,9 @@
     python benchmarks/step_overhead.py --device cuda --model bert-base --batch-size 32 --seq 128 --precision bf16
 
 On a tiny model (2 layers, hidden 64, batch 4, 8 tokens) the arithmetic is negligible, so a step's time is the
-Python and dispatch work around it: what runs on the host of every step on any device. Every row trains the same
+Python and dispatch work around it: what runs on the host of every step on any device. ``--model base-layout``
+keeps BERT-base's 12 layers (its module tree and tensor count, which the per-step walks over the model scale
+with) at hidden size 32. Every row trains the same
 tensors (every bias plus the classifier) with AdamW (foreach on the CPU, fused on a GPU), gradient clipping at
 1.0 and a linear schedule, on the same synthetic batches.
 
@@ -61,10 +63,13 @@ def build_model(name: str):
     if name == "tiny":
         config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
                             vocab_size=1000, num_labels=2)
+    elif name == "base-layout":  # BERT-base's 12 layers, 231 modules and 201 tensors, with next to no arithmetic
+        config = BertConfig(hidden_size=32, num_hidden_layers=12, num_attention_heads=2, intermediate_size=64,
+                            vocab_size=1000, num_labels=2)
     elif name == "bert-base":
         config = BertConfig(num_labels=2)
     else:
-        raise SystemExit(f"--model {name!r}: choose tiny or bert-base")
+        raise SystemExit(f"--model {name!r}: choose tiny, base-layout or bert-base")
     return BertForSequenceClassification(config)
 
 
@@ -188,7 +193,7 @@ def measure(args, row: str) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="tiny", choices=["tiny", "bert-base"])
+    parser.add_argument("--model", default="tiny", choices=["tiny", "base-layout", "bert-base"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     parser.add_argument("--batch-size", type=int, default=4)
