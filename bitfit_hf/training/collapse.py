@@ -172,23 +172,36 @@ class CollapseCallback(TrainerCallback):
         self._flat: List[Tuple[int, float]] = []  # (step, loss) of the consecutive logs at the constant level
         self._rising: List[Tuple[int, float]] = []  # ... and of those above the first loss by more than `rise`
         self._warmup = 0
+        self._extra_logs: List[int] = []  # steps of the first epoch where this check asks for a log of its own
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.report = None  # a second train() on the same trainer is watched afresh
         self._reset()
         self._warmup = args.get_warmup_steps(state.max_steps) if state.max_steps and state.max_steps > 0 else 0
         logging_steps = _logging_interval(args, state)
+        if logging_steps:
+            self._extra_logs = _first_epoch_logs(state, self._warmup, logging_steps, self.patience)
         if state.is_world_process_zero and logging_steps:
             # the first log that counts is the first one after warm-up; the report comes `patience` logs later
-            first = logging_steps * (self._warmup // logging_steps + self.patience)
+            regular = [logging_steps * (self._warmup // logging_steps + k) for k in range(1, self.patience + 1)]
+            counted = sorted({step for step in regular + self._extra_logs if step > self._warmup})
+            first = counted[self.patience - 1]
             level = (f"at the level of a constant prediction ({self.constant_loss.value:.4g}, "
                      f"{self.constant_loss.source}) or " if self.constant_loss else "")
             logger.info(
                 "Collapse check: a warning if the training loss stays %s%.0f%% above its first value for %d logged "
-                "steps, or is not finite for %d (logged every %d steps: the first such warning can come at step %d%s).",
-                level, 100 * self.rise, self.patience, self.nonfinite_patience, logging_steps, first,
-                _epoch_note(first, state),
+                "steps, or is not finite for %d (logged every %d steps%s: the first such warning can come at step %d%s).",
+                level, 100 * self.rise, self.patience, self.nonfinite_patience, logging_steps,
+                f", and at steps {', '.join(map(str, self._extra_logs))} for this check" if self._extra_logs else "",
+                first, _epoch_note(first, state),
             )
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        """Ask for a log at the first epoch's extra steps: a collapse is then reported within the first epoch
+        whatever ``logging_steps`` is (Trainer reads the loss at those steps only)."""
+        if self.report is None and state.global_step in self._extra_logs:
+            control.should_log = True
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -270,6 +283,23 @@ def _logging_interval(args, state) -> int:
     if steps < 1:
         steps = math.ceil((state.max_steps or 0) * steps)
     return int(steps)
+
+
+def _first_epoch_logs(state, warmup: int, logging_steps: int, patience: int) -> List[int]:
+    """Steps for extra logs when the regular ones leave fewer than ``patience`` after warm-up in the first epoch
+    (and none when they do, or when the epoch's length is unknown): spread evenly after warm-up, the last before the
+    epoch ends."""
+    epochs = getattr(state, "num_train_epochs", 0)
+    if not (epochs and state.max_steps):
+        return []
+    per_epoch = int(state.max_steps / epochs)
+    if logging_steps * (warmup // logging_steps + patience) <= per_epoch:
+        return []
+    room = per_epoch - warmup
+    if room < patience:
+        return []
+    spacing = room // patience
+    return [warmup + spacing * k for k in range(1, patience + 1)]
 
 
 def _epoch_note(step: int, state) -> str:

@@ -148,12 +148,26 @@ def test_evaluation_logs_and_other_processes(tmp_path, caplog):
     assert [r for r in caplog.records if r.name == LOGGER] == []  # only the main process logs
 
 
-def test_a_report_that_cannot_come_in_the_first_epoch_says_so(tmp_path, caplog):
-    """1,000 sentences in batches of 32 (32 steps an epoch, 3 epochs), logging every 25: step 75 is in epoch 3."""
+def test_a_first_epoch_too_short_for_the_logging_cadence_gets_logs_of_its_own(tmp_path, caplog):
+    """1,000 sentences in batches of 32 (32 steps an epoch, 3 epochs), logging every 25: the regular logs would
+    report at step 75, in epoch 3; the check asks for logs at steps 10, 20 and 30, so it can report at step 25."""
+    callback = CollapseCallback(LN2)
+    args = _args(tmp_path, logging_steps=25)
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        _drive(CollapseCallback(LN2), _args(tmp_path, logging_steps=25), [], max_steps=96, epochs=3)
+        _drive(callback, args, [], max_steps=96, epochs=3)
     [line] = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-    assert "step 75, in epoch 3: lower --logging_steps" in line
+    assert "at steps 10, 20, 30 for this check" in line and "step 25, within the first epoch" in line, line
+    state, asked = T.TrainerState(max_steps=96, num_train_epochs=3), []
+    for step in range(1, 97):
+        state.global_step = step
+        control = T.TrainerControl()
+        callback.on_step_end(args, state, control)
+        if control.should_log:
+            asked.append(step)
+    assert asked == [10, 20, 30]
+    # a cadence that already fits in the first epoch asks for nothing
+    _drive(callback, _args(tmp_path, logging_steps=5), [], max_steps=96, epochs=3)
+    assert callback._extra_logs == []
 
 
 def test_no_level_from_a_single_label():
@@ -239,8 +253,19 @@ def test_warn_if_constant_names_the_label_and_the_majority(caplog):
     assert "scores 25.0% here (the majority tag NN scores 75.0%)" in message and "--learning_rate" in message
 
 
-def test_the_callback_does_nothing_per_step():
-    """The check reads the losses Trainer already logs: no hook of its runs at every step (a per-step read of the
-    loss would be a host sync on a GPU, which the asynchronous step avoids)."""
-    for hook in ("on_step_begin", "on_step_end", "on_substep_end", "on_pre_optimizer_step", "on_optimizer_step"):
+def test_the_callback_reads_nothing_per_step(tmp_path):
+    """The check reads the losses Trainer logs: its only per-step hook compares the step number with the steps it
+    asked logs for, and reads no tensor (a per-step read of the loss would be a host sync on a GPU)."""
+    from bitfit_hf.training.async_step import HostReads
+
+    for hook in ("on_step_begin", "on_substep_end", "on_pre_optimizer_step", "on_optimizer_step"):
         assert getattr(CollapseCallback, hook) is getattr(T.TrainerCallback, hook), hook
+    callback = CollapseCallback(LN2)
+    args = _args(tmp_path, logging_steps=25)
+    _drive(callback, args, [], max_steps=96, epochs=3)
+    state = T.TrainerState(max_steps=96, num_train_epochs=3)
+    with HostReads() as reads:
+        for step in range(1, 97):
+            state.global_step = step
+            callback.on_step_end(args, state, T.TrainerControl())
+    assert reads.count == 0
