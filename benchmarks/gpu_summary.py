@@ -48,6 +48,8 @@ SMOKE = {"on": False}
 TRAIN_ROWS = ["bitfit", "bitfit-fast", "bitfit-fast-stock", "full", "full-fast", "lora", "lora-fast", "bitfit-lora",
               "bitfit-lora-fast", "ceiling", "real-text"]
 SYNC_ROWS = {"bitfit", "bitfit-fast", "bitfit-fast-stock"}
+PROFILE_ROWS = {"bitfit", "bitfit-fast"}  # where the time goes, if a target is missed: torch.profiler over a few steps
+PROFILE_STEPS = 4
 SERVE_WHEELS = ["fastapi", "starlette", "uvicorn", "h11", "anyio", "sniffio", "click", "prometheus-client", "pydantic",
                 "pydantic-core", "annotated-types", "typing-inspection", "pyyaml", "annotated-doc"]
 SUMMARY_KEYS = {
@@ -118,13 +120,21 @@ class Synthetic:
 
 class Window:
     """Seconds per step between the end of step ``start`` and of step ``stop`` (synchronised there only), then
-    host waits per step over ``sync_steps`` more steps when asked."""
+    host waits per step over ``sync_steps`` more steps, then a ``torch.profiler`` summary of ``profile_steps``
+    more, when asked."""
 
-    def __init__(self, start: int, stop: int, sync_steps: int = 0):
-        self.start, self.stop, self.sync_steps = start, stop, sync_steps
+    def __init__(self, start: int, stop: int, sync_steps: int = 0, profile_steps: int = 0):
+        self.start, self.stop, self.sync_steps, self.profile_steps = start, stop, sync_steps, profile_steps
         self.begun = self.seconds = None
         self.syncs: Optional[float] = None
+        self.profile: Optional[dict] = None
         self._caught = None
+        self._profiler = None
+        self._profile_began = 0.0
+
+    @property
+    def extra_steps(self) -> int:
+        return self.sync_steps + self.profile_steps
 
     def step_done(self, step: int) -> None:
         import torch
@@ -147,6 +157,37 @@ class Window:
             self._caught.__exit__(None, None, None)
             self._caught = None
             self.syncs = len(found) / self.sync_steps
+        first = self.stop + self.sync_steps
+        if self.profile_steps and step == first and torch.cuda.is_available():
+            from torch.profiler import ProfilerActivity, profile
+
+            synchronize()
+            self._profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            self._profiler.__enter__()
+            self._profile_began = time.perf_counter()
+        elif self._profiler is not None and step == first + self.profile_steps:
+            synchronize()
+            wall = time.perf_counter() - self._profile_began
+            self._profiler.__exit__(None, None, None)
+            self.profile = summarise_profile(self._profiler, wall, self.profile_steps)
+            self._profiler = None
+
+
+def summarise_profile(prof, wall_s: float, steps: int, top: int = 12) -> dict:
+    """Per step: the device's kernel time against the wall time (how busy the GPU is), and the operators that
+    take the most device and host time."""
+    events = prof.key_averages()
+
+    def device_us(event) -> float:
+        return float(getattr(event, "self_device_time_total", 0) or getattr(event, "self_cuda_time_total", 0) or 0)
+
+    kernels = sum(device_us(e) for e in events) / 1e6
+    by_device = sorted(events, key=device_us, reverse=True)[:top]
+    by_host = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return {"wall_ms_per_step": 1e3 * wall_s / steps, "device_ms_per_step": 1e3 * kernels / steps,
+            "device_busy": kernels / wall_s if wall_s else None,
+            "top_device_ms_per_step": [[e.key[:80], device_us(e) / 1e3 / steps, e.count // steps] for e in by_device],
+            "top_host_ms_per_step": [[e.key[:80], e.self_cpu_time_total / 1e3 / steps, e.count // steps] for e in by_host]}
 
 
 def trainer_row(row: str, args) -> dict:
@@ -156,9 +197,9 @@ def trainer_row(row: str, args) -> dict:
 
     fast = row.endswith("-fast") or row.endswith("-fast-stock")
     method = row.replace("-fast-stock", "").replace("-fast", "")
-    sync_steps = 4 if row in SYNC_ROWS else 0
-    window = Window(args.warmup, args.warmup + args.steps, sync_steps)
-    total = args.warmup + args.steps + sync_steps
+    window = Window(args.warmup, args.warmup + args.steps, 4 if row in SYNC_ROWS else 0,
+                    PROFILE_STEPS if row in PROFILE_ROWS else 0)
+    total = args.warmup + args.steps + window.extra_steps
 
     class Clock(TrainerCallback):
         def on_step_end(self, _args, state, control, **kwargs):
@@ -204,8 +245,9 @@ def trainer_row(row: str, args) -> dict:
     seconds = window.seconds
     config = bert_base().config if method != "lora" else model.config
     return {"samples_s": BATCH / seconds, "ms_per_step": seconds * 1e3, "syncs_per_step": window.syncs,
+            "profile": window.profile,
             "tflops": train_flops(config, BATCH * SEQ, method == "full") / seconds / 1e12, "wall_s": wall,
-            "first_steps_s": wall - seconds * (total - args.warmup), "peak_gib": peak_gib()}
+            "first_steps_s": window.begun - began, "peak_gib": peak_gib()}  # train() to the end of warm-up
 
 
 def peak_gib() -> Optional[float]:
