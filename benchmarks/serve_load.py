@@ -2,6 +2,7 @@
 
     python benchmarks/serve_load.py              # the table in benchmarks/README.md (a few minutes)
     python benchmarks/serve_load.py --quick      # 1 and 8 adapters, few requests (the test suite runs it)
+    python benchmarks/serve_load.py --adapters 8 --ray-replicas 1,2   # the plain server vs `serve --ray`
 
 What it does:
 
@@ -20,6 +21,10 @@ What it does:
    model copy per task, memory only, computed: the one-adapter server's RSS + (N-1) x the model's bytes.
    Configurations run ``--reps`` times in rotating order so the machine's background load hits them alike;
    the table gives the median of each number and the median of the per-rep ratios to the one-adapter run.
+5. ``--ray-replicas 1,2``: instead, the plain server with the largest adapter count against ``bitfit-hf serve
+   --ray --replicas N`` with the same adapters (a local Ray cluster the server starts, one torch thread and one
+   reserved CPU per replica, requests through Ray's HTTP proxy). CPU and memory are then summed over the
+   server's whole process tree (driver, GCS, raylet, proxy, controller, replicas).
 """
 
 from __future__ import annotations
@@ -108,26 +113,56 @@ def model_bytes(base: Optional[str] = None) -> int:
     return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
 
 
+def _tree(pid: int) -> List[int]:
+    """``pid`` and every process below it (a Ray server's cluster: GCS, raylet, proxy, replicas)."""
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
 def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (all its threads)."""
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time so far of a process and the processes below it (all their threads)."""
+    total = 0.0
+    for each in _tree(pid):
+        try:
+            with open(f"/proc/{each}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _status(pid: int) -> Dict[str, int]:
-    found = {}
-    with open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                found[key] = int(value.split()[0]) * 1024
+    """VmRSS and VmHWM summed over the process and those below it (one process for the plain server)."""
+    found = {"VmRSS": 0, "VmHWM": 0}
+    for each in _tree(pid):
+        try:
+            with open(f"/proc/{each}/status") as handle:
+                for line in handle:
+                    key, _, value = line.partition(":")
+                    if key in ("VmRSS", "VmHWM"):
+                        found[key] += int(value.split()[0]) * 1024
+        except OSError:
+            continue
     return found
 
 
 class Server:
     def __init__(self, adapters_file: str, tokenizer: str, batching: str, threads: int, max_batch: int, wait_ms: float,
-                 device: str = "cpu", dtype: str = "float32"):
+                 device: str = "cpu", dtype: str = "float32", ray_replicas: int = 0):
         # `bitfit-hf serve` through its own verb module only (the same code path; another verb's state in a
         # working tree being edited cannot stop the benchmark)
         launcher = ("import argparse, logging, sys; from bitfit_hf.cli import serve_cmd; "
@@ -138,6 +173,8 @@ class Server:
                 "--threads", str(threads), "--batching", batching, "--max-batch-size", str(max_batch),
                 "--max-wait-ms", str(wait_ms), "--max-queue", "1024", "--log-level", "warning", "--device", device,
                 "--dtype", dtype]
+        if ray_replicas:
+            args += ["--ray", "--replicas", str(ray_replicas), "--replica-cpus", str(threads)]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
         self.url = None
@@ -230,7 +267,7 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
     with open(spec_file, "w") as handle:
         json.dump({"adapters": {n: adapters[n] for n in names}}, handle)
     server = Server(spec_file, tokenizer, cfg["batching"], args.threads, args.max_batch_size, args.max_wait_ms,
-                    args.device, args.dtype)
+                    args.device, args.dtype, cfg.get("ray", 0))
     try:
         warm = closed_loop(server, names, texts, args.clients, args.warmup, seed=10_000 + rep)
         before = metrics_of(server)
@@ -265,6 +302,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--base", default=None, help="a checkpoint folder with its tokenizer (default: all-MiniLM-L6-v2)")
     parser.add_argument("--device", default="cpu", help="the server's --device (default cpu)")
     parser.add_argument("--dtype", default="float32", help="the server's --dtype (default float32)")
+    parser.add_argument("--ray-replicas", default=None,
+                        help="comma list of replica counts: compare the plain server with `serve --ray --replicas N` "
+                             "at the largest --adapters count (needs the ray extra)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args(argv)
@@ -279,7 +319,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     configs = [{"key": "one", "n": 1, "batching": "mixed", "what": "(a) one adapter"}]
     configs += [{"key": f"mixed-{n}", "n": n, "batching": "mixed", "what": f"{n} adapters, mixed batches"} for n in counts if n > 1]
     biggest = max(counts)
-    if biggest > 1:
+    if args.ray_replicas:  # the plain server against Ray Serve deployments of it, same adapters
+        configs = [{"key": f"plain-{biggest}", "n": biggest, "batching": "mixed",
+                    "what": f"plain server, {biggest} adapters, mixed batches"}]
+        configs += [{"key": f"ray-{r}", "n": biggest, "batching": "mixed", "ray": r,
+                     "what": f"Ray Serve, {r} replica(s), {biggest} adapters, mixed batches"}
+                    for r in (int(x) for x in args.ray_replicas.split(","))]
+    elif biggest > 1:
         configs.append({"key": f"switch-{biggest}", "n": biggest, "batching": "switch",
                         "what": f"(b) {biggest} adapters, switching per forward pass"})
     texts = sentences(200)
@@ -299,7 +345,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     full_model = model_bytes(args.base)
     info["load_after"] = load_average()
     rows = []
-    one = runs["one"]
+    one = runs[configs[0]["key"]]  # the reference of the ratios: one adapter, or the plain server against Ray
     for cfg in configs:
         rs = runs[cfg["key"]]
         med = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50_ms", "p99_ms", "server_cpu_ms", "rss_bytes", "hwm_bytes",
@@ -313,15 +359,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     results = {"configs": rows, "full_model_bytes": full_model, "full_copies_rss_bytes": copies, "clients": args.clients,
                "requests": args.requests, "reps": reps, "threads": args.threads, "max_batch_size": args.max_batch_size,
                "max_wait_ms": args.max_wait_ms, "info": info}
-    md = ["| configuration | adapters | req/s | vs one adapter | p50 ms | p99 ms | server CPU ms / request | vs one adapter "
-          "| inputs / forward | adapters / forward | RSS MiB | RSS vs one adapter |",
+    ref = "vs plain server" if args.ray_replicas else "vs one adapter"
+    md = [f"| configuration | adapters | req/s | {ref} | p50 ms | p99 ms | server CPU ms / request | {ref} "
+          f"| inputs / forward | adapters / forward | RSS MiB | RSS {ref} |",
           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         md.append(f"| {row['what']} | {row['n']} | {row['rps']:.1f} | {row['rps_vs_one']:.3f}× | {row['p50_ms']:.1f} | "
                   f"{row['p99_ms']:.1f} | {row['server_cpu_ms']:.1f} | {row['cpu_vs_one']:.3f}× | {row['mean_batch']:.1f} | {row['mean_adapters_per_batch']:.1f} | "
                   f"{row['rss_bytes'] / 2**20:.0f} | {row['rss_vs_one']:.3f}× |")
     for n, value in copies.items():
-        if n > 1:
+        if n > 1 and not args.ray_replicas:
             md.append(f"| (c) one full model copy per task, memory only (computed) | {n} | – | – | – | – | – | – | – | – | "
                       f"{value / 2**20:.0f} | {value / one_rss:.2f}× |")
     md.append("")

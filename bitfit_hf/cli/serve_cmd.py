@@ -82,6 +82,18 @@ def register(verbs) -> None:
                              "however long; keep it below a process manager's kill timeout)")
     parser.add_argument("--access-log", action="store_true", help="log every request line, never headers (default: off)")
     parser.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="log level of the server")
+    ray = parser.add_argument_group("Ray Serve (the 'ray' extra; docs/serving.md, 'Serving on a Ray cluster')")
+    ray.add_argument("--ray", action="store_true",
+                     help="serve as a Ray Serve application: replicas each holding the base and every adapter, "
+                          "batching mixed adapters; --host / --port are Ray's HTTP proxy (default: off)")
+    ray.add_argument("--replicas", type=int, default=1, help="with --ray: replicas of the server")
+    ray.add_argument("--autoscale", metavar="MIN:MAX",
+                     help="with --ray: autoscale between MIN and MAX replicas instead of --replicas (default: off)")
+    ray.add_argument("--replica-cpus", type=float,
+                     help="with --ray: CPUs Ray reserves per replica (default: --threads, else 1)")
+    ray.add_argument("--ray-address",
+                     help="with --ray: the cluster to deploy on ('auto', or ray://host:10001; default: $RAY_ADDRESS, "
+                          "else a local cluster started and stopped with the server)")
     parser.set_defaults(run=run)
 
 
@@ -118,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
         base_model = base_model or file_base
     specs = unique_specs(specs)
     logging.getLogger("bitfit_hf").setLevel(args.log_level.upper())
+    if args.ray:
+        return _run_ray(args, specs, config, base_model)
     log = logging.getLogger("bitfit_hf.serving")
     log.info("bitfit-hf serve: loading %d adapter(s)", len(specs))
     try:
@@ -139,4 +153,31 @@ def run(args: argparse.Namespace) -> int:
 
     serve_forever(engine, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
                   graceful_timeout=args.graceful_timeout, on_ready=ready)
+    return 0
+
+
+def _run_ray(args: argparse.Namespace, specs, config, base_model) -> int:
+    """``--ray``: the same adapters and limits, deployed as a Ray Serve application (bitfit_hf.serving.ray)."""
+    import os
+
+    try:
+        from bitfit_hf.serving import ray as on_ray
+    except ImportError as err:
+        raise CliError(f"serve --ray needs Ray Serve ({err}): pip install 'bitfit-hf[ray]'.") from None
+    if args.replicas < 1:
+        raise CliError(f"--replicas must be at least 1 (got {args.replicas}).")
+    autoscale = on_ray.parse_autoscale(args.autoscale) if args.autoscale else None
+    cpus = args.replica_cpus if args.replica_cpus is not None else float(args.threads or 1)
+    if cpus <= 0:
+        raise CliError(f"--replica-cpus must be positive (got {cpus}).")
+
+    def ready(url: str) -> None:
+        scale = f"{autoscale[0]}-{autoscale[1]} replicas (autoscaling)" if autoscale else f"{args.replicas} replica(s)"
+        print(f"bitfit-hf serve: {len(specs)} adapter(s) on Ray Serve, {scale}, listening on {url}", file=sys.stderr,
+              flush=True)
+
+    on_ray.serve_on_ray(specs, config, base_model, args.tokenizer, host=args.host, port=args.port,
+                        replicas=args.replicas, autoscale=autoscale, num_cpus=cpus,
+                        address=args.ray_address or os.environ.get("RAY_ADDRESS") or None,
+                        access_log=args.access_log, on_ready=ready)
     return 0
