@@ -39,6 +39,8 @@ from typing import Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from train_cost import SyntheticDataset  # noqa: E402 - the synthetic batches of every training benchmark
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -97,25 +99,6 @@ def train_flops(config, tokens: int, full: bool) -> float:
     n = 12 * config.num_hidden_layers * config.hidden_size ** 2
     forward = 2 * n * tokens + 4 * config.num_hidden_layers * tokens * SEQ * config.hidden_size
     return forward * (3 if full else 2)
-
-
-class Synthetic:
-    """Full-length random token ids and binary labels."""
-
-    def __init__(self, n: int, vocab: int):
-        import torch
-
-        generator = torch.Generator().manual_seed(0)
-        self.ids = torch.randint(1000, vocab, (n, SEQ), generator=generator)
-        self.labels = torch.randint(0, 2, (n,), generator=generator)
-
-    def __len__(self):
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        import torch
-
-        return {"input_ids": self.ids[i], "attention_mask": torch.ones_like(self.ids[i]), "labels": self.labels[i]}
 
 
 class Window:
@@ -211,7 +194,7 @@ def trainer_row(row: str, args) -> dict:
                    **device_options(fast))
     training_args = TrainingArguments(**options)
     model = bert_base()
-    data = Synthetic(BATCH * (total + 2), model.config.vocab_size)
+    data = SyntheticDataset(BATCH * (total + 2), SEQ, model.config.vocab_size)
     if method in ("lora", "bitfit-lora") or method == "full":
         if method == "lora":
             import peft

@@ -41,6 +41,7 @@ from typing import Callable, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
+from train_cost import SyntheticDataset  # noqa: E402 - the synthetic batches of every training benchmark
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -71,25 +72,6 @@ def build_model(name: str):
     else:
         raise SystemExit(f"--model {name!r}: choose tiny, base-layout or bert-base")
     return BertForSequenceClassification(config)
-
-
-class Batches:
-    """Fixed random full-length token ids and binary labels (a map-style dataset)."""
-
-    def __init__(self, n: int, seq: int, vocab: int):
-        import torch
-
-        generator = torch.Generator().manual_seed(0)
-        self.ids = torch.randint(5, vocab, (n, seq), generator=generator)
-        self.labels = torch.randint(0, 2, (n,), generator=generator)
-
-    def __len__(self):
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        import torch
-
-        return {"input_ids": self.ids[i], "attention_mask": torch.ones_like(self.ids[i]), "labels": self.labels[i]}
 
 
 class Window:
@@ -129,7 +111,7 @@ def run_plain(args, window: Window) -> None:
     optimizer = torch.optim.AdamW(params, lr=1e-3, **({"fused": True} if cuda else {"foreach": True}))
     total = args.warmup + args.steps
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / total)
-    data = Batches(args.batch_size * (total + 1), args.seq, model.config.vocab_size)
+    data = SyntheticDataset(args.batch_size * (total + 1), args.seq, model.config.vocab_size)
     loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size, shuffle=True, drop_last=True,
                                          pin_memory=cuda)
     autocast = torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.precision == "bf16")
@@ -165,7 +147,7 @@ def run_trainer(args, window: Window, kind: str) -> None:
     if kind == "bitfit-fast":
         options.update(torch_compile=True, torch_compile_mode="reduce-overhead")
     training_args = TrainingArguments(**options)
-    data = Batches(args.batch_size * (total + 1), args.seq, model.config.vocab_size)
+    data = SyntheticDataset(args.batch_size * (total + 1), args.seq, model.config.vocab_size)
     if kind == "trainer":
         _bitfit_trainable(model)
         trainer = Trainer(model=model, args=training_args, train_dataset=data, callbacks=[Clock()])

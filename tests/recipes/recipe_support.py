@@ -71,3 +71,28 @@ def accelerate_launch(recipe: str, args, tmp_path: Path, timeout: int = 900) -> 
             f"--- stderr ---\n{proc.stderr[-6000:]}"
         )
     return proc
+
+
+def save_word_tokenizer(folder, vocab: dict, **special) -> None:
+    """A word-level BERT-style tokenizer over ``vocab`` (its first five ids the special tokens), saved in ``folder``."""
+    import transformers as T
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    T.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                              sep_token="[SEP]", mask_token="[MASK]", model_max_length=64, **special).save_pretrained(folder)
+
+
+def save_tiny_bert(folder, vocab: dict) -> str:
+    """A random 2-layer BERT (hidden 32) with a word-level tokenizer, saved as a checkpoint; returns the folder."""
+    import transformers as T
+
+    save_word_tokenizer(folder, vocab)
+    torch.manual_seed(0)
+    T.BertModel(T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                             vocab_size=len(vocab), max_position_embeddings=64)).save_pretrained(folder)
+    return str(folder)

@@ -12,8 +12,7 @@ import random
 import pytest
 import torch
 import transformers as T
-from recipe_support import few_threads, load_recipe  # noqa: F401 - few_threads: an autouse fixture
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+from recipe_support import few_threads, load_recipe, save_tiny_bert, save_word_tokenizer  # noqa: F401 - few_threads: autouse
 
 pytestmark = pytest.mark.slow  # end to end, as the other recipe runs (about 20 s each on 2 cores)
 
@@ -29,31 +28,16 @@ SHORT = ["--per_device_train_batch_size", "8", "--num_train_epochs", "3", "--log
 STEPS_PER_EPOCH = 16
 
 
-def _tokenizer(folder, **special):
-    tok = Tokenizer(models.WordLevel(VOCAB, unk_token="[UNK]"))
-    tok.normalizer = normalizers.Lowercase()
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    T.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                              sep_token="[SEP]", mask_token="[MASK]", model_max_length=64, **special).save_pretrained(folder)
-
-
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
     """A random 2-layer BERT with a word-level tokenizer, saved as a checkpoint (every encoder head loads on it)."""
-    folder = tmp_path_factory.mktemp("tiny_bert")
-    _tokenizer(folder)
-    torch.manual_seed(0)
-    T.BertModel(T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                             vocab_size=len(VOCAB), max_position_embeddings=64)).save_pretrained(folder)
-    return str(folder)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), VOCAB)
 
 
 @pytest.fixture(scope="module")
 def tiny_gpt2(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny_gpt2")
-    _tokenizer(folder, eos_token="[SEP]", bos_token="[CLS]")
+    save_word_tokenizer(folder, VOCAB, eos_token="[SEP]", bos_token="[CLS]")
     torch.manual_seed(0)
     T.GPT2LMHeadModel(T.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=len(VOCAB), n_positions=64,
                                    bos_token_id=2, eos_token_id=3, pad_token_id=0)).save_pretrained(folder)

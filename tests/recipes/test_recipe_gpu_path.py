@@ -10,8 +10,7 @@ import json
 import pytest
 import torch
 import transformers as T
-from recipe_support import few_threads, load_recipe, read_json  # noqa: F401 - few_threads: an autouse fixture
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+from recipe_support import few_threads, load_recipe, read_json, save_tiny_bert  # noqa: F401 - few_threads: autouse
 
 from bitfit_hf import BitFitAdapter
 from bitfit_hf.recipe_kit import parse_recipe_args
@@ -26,18 +25,7 @@ VOCAB = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory):
     """A random 2-layer BERT with a word-level tokenizer, saved as a checkpoint."""
-    folder = tmp_path_factory.mktemp("tiny_base")
-    tok = Tokenizer(models.WordLevel(VOCAB, unk_token="[UNK]"))
-    tok.normalizer = normalizers.Lowercase()
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    T.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                              sep_token="[SEP]", mask_token="[MASK]", model_max_length=64).save_pretrained(folder)
-    torch.manual_seed(0)
-    T.BertModel(T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                             vocab_size=len(VOCAB), max_position_embeddings=64)).save_pretrained(folder)
-    return str(folder)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_base"), VOCAB)
 
 
 def _capture(recipe):

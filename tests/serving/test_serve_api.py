@@ -31,6 +31,18 @@ TEXTS = ["the cat sat on the mat", "a very good film", "boring and long", "what 
          "it was not fun at all and the ending was sad", "red car", "who did this"]
 
 
+def assert_each_answers_as_alone(server, folders) -> None:
+    """Concurrent requests over ``folders`` ({name: adapter folder}) get what each adapter loaded alone answers."""
+    models = {name: alone(folder) for name, folder in folders.items()}
+    jobs = [(name, text) for text in TEXTS[:4] for name in folders]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda job: predict(server.url, {"inputs": job[1], "adapter": job[0]}), jobs))
+    for (name, text), (status, _, body) in zip(jobs, answers):
+        assert status == 200, body
+        want = expected_classification(models[name], text)
+        assert {g["label"]: g["score"] for g in body} == pytest.approx(want, abs=ATOL), name
+
+
 def random_request(rng: random.Random):
     adapter = rng.choice(["c0", "c1", "c2", "ab"])
     kind = rng.choice(["single", "pair", "batch"])
@@ -181,14 +193,7 @@ def test_lora_and_gain_adapters_are_switched_and_answer_as_alone(adapters, start
     modes = {a["name"]: a["batching"] for a in call(server.url, "GET", "/adapters")[2]}
     assert modes == {"c0": "mixed", "c1": "mixed", "lora": "switch", "gains": "switch"}
     folders = {"c0": adapters["c0"], "c1": adapters["c1"], "lora": lora, "gains": gains}
-    models = {name: alone(folder) for name, folder in folders.items()}
-    jobs = [(name, text) for text in TEXTS[:4] for name in folders]
-    with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda job: predict(server.url, {"inputs": job[1], "adapter": job[0]}), jobs))
-    for (name, text), (status, _, body) in zip(jobs, answers):
-        assert status == 200, body
-        want = expected_classification(models[name], text)
-        assert {g["label"]: g["score"] for g in body} == pytest.approx(want, abs=ATOL), name
+    assert_each_answers_as_alone(server, folders)
 
 
 @pytest.mark.slow
@@ -265,13 +270,6 @@ def test_ia3_adapters_share_mixed_batches_with_bitfit_ones(adapters, start_serve
     server = start_server([AdapterSpec(n, f) for n, f in folders.items()], max_wait_ms=20)
     modes = {a["name"]: a["batching"] for a in call(server.url, "GET", "/adapters")[2]}
     assert modes == {"c0": "mixed", "ia3": "mixed", "bia3": "mixed"}
-    models = {name: alone(folder) for name, folder in folders.items()}
-    jobs = [(name, text) for text in TEXTS[:4] for name in folders]
-    with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda job: predict(server.url, {"inputs": job[1], "adapter": job[0]}), jobs))
-    for (name, text), (status, _, body) in zip(jobs, answers):
-        assert status == 200, body
-        want = expected_classification(models[name], text)
-        assert {g["label"]: g["score"] for g in body} == pytest.approx(want, abs=ATOL), name
+    assert_each_answers_as_alone(server, folders)
     shared = metric(call(server.url, "GET", "/metrics")[2], "bitfit_serve_batch_adapters_sum")
     assert shared > 0
