@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -85,8 +86,8 @@ def test_recipes_folder_falls_back_to_the_checkout(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_built_wheel_ships_the_recipes_and_model_cards(tmp_path):
-    """Build the wheel from a copy of the checkout (no build/ or egg-info left in it), check what it holds, and run
-    `bitfit-hf train` from the unpacked wheel: the recipe found is the wheel's own."""
+    """Build the wheel from a copy of the checkout (no build/ or egg-info left in it), check what it holds, install it
+    in a fresh virtual environment and run its `bitfit-hf train`: the recipe found is the installed wheel's own."""
     src = tmp_path / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -107,10 +108,24 @@ def test_built_wheel_ships_the_recipes_and_model_cards(tmp_path):
         (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
         requires = [line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
         assert any(line.startswith("Requires-Dist: peft") and "extra ==" not in line for line in requires), requires
-        archive.extractall(tmp_path / "site")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
-    where = run_cli("train", "--path", "glue", cwd=tmp_path, env=env)
+    # A fresh virtual environment with the wheel installed as pip installs it (its `bitfit-hf` script included). Its
+    # dependencies come from this environment's site-packages, appended after its own by a .pth file: no network,
+    # and this checkout's editable install is not seen (a .pth inside a path added that way is not read).
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "outer_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+                              "-q", str(wheel)], capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stdout + install.stderr
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    script = [str(venv / "bin" / "bitfit-hf")]
+    where = subprocess.run([*script, "train", "--path", "glue"], capture_output=True, text=True, timeout=300,
+                           cwd=tmp_path, env=env)
     assert where.returncode == 0, where.stderr
-    assert Path(where.stdout.strip()) == tmp_path / "site" / "bitfit_hf" / "recipes" / "glue.py"
-    res = run_cli("train", "glue", "--help", cwd=tmp_path, env=env)
+    assert Path(where.stdout.strip()) == Path(site) / "bitfit_hf" / "recipes" / "glue.py"
+    res = subprocess.run([*script, "train", "glue", "--help"], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path, env=env)
     assert res.returncode == 0 and "--method" in res.stdout, res.stderr
