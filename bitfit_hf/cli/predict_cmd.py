@@ -24,7 +24,7 @@ from typing import List, Optional, Tuple
 
 from bitfit_hf.cli.adapter_source import load_adapter_files, load_tokenizer, local_path
 from bitfit_hf.cli.errors import CliError
-from bitfit_hf.inference.inputs import InputRefused, check_items
+from bitfit_hf.inference.inputs import DOC_STRIDE, InputRefused, check_items
 
 PAIR_SEPARATOR = "|||"
 TASKS = ("SEQ_CLS", "TOKEN_CLS", "QUESTION_ANS")
@@ -39,7 +39,7 @@ def register(verbs) -> None:
     parser.add_argument("--top-k", type=int, default=1, help="labels to print per input (classification)")
     parser.add_argument("--revision", help="branch, tag or commit of a Hub adapter")
     parser.add_argument("--max-length", type=int, default=512, help="tokens read per input (per window for QA)")
-    parser.add_argument("--doc-stride", type=int, default=128, help="QA: tokens two neighbouring windows share")
+    parser.add_argument("--doc-stride", type=int, default=DOC_STRIDE, help="QA: tokens two neighbouring windows share")
     parser.add_argument("--max-answer-len", type=int, default=30, help="QA: the longest answer, in tokens")
     parser.add_argument("--handle-impossible-answer", action="store_true",
                         help="QA: the empty answer competes with the spans (for models trained on SQuAD 2.0)")

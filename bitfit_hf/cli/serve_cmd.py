@@ -14,6 +14,7 @@ import logging
 import sys
 
 from bitfit_hf.cli.errors import CliError
+from bitfit_hf.inference.inputs import DOC_STRIDE
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -72,7 +73,7 @@ def register(verbs) -> None:
     parser.add_argument("--max-input-length", type=int, help="tokens per input (default: the model's limit)")
     parser.add_argument("--payload-limit", type=int, default=2_000_000, help="bytes in one request body (413 beyond)")
     parser.add_argument("--request-timeout", type=float, default=30.0, help="seconds from arrival to answer (504 beyond)")
-    parser.add_argument("--doc-stride", type=int, default=128,  # inference.inputs.DOC_STRIDE (a test holds them equal)
+    parser.add_argument("--doc-stride", type=int, default=DOC_STRIDE,
                         help="tokens two neighbouring windows of a long QA context share (lowered where the question "
                              "leaves less room); the context is read whole, window by window")
     parser.add_argument("--auto-truncate", action="store_true",

@@ -142,8 +142,10 @@ _TRAINING_CLASSES: Dict[type, type] = {}
 
 def recipe_training_class(base: type) -> type:
     """``base`` (``TrainingArguments``) with the recipes' own training flags: ``--frozen_dtype`` (read by
-    ``BitFitTrainer``), ``--fast_path`` / ``--length_buckets`` / ``--drop_last_train_batch`` (:mod:`bitfit_hf.recipe_kit.fast_path`), and ``--overwrite_output_dir`` where transformers dropped it (transformers 5; the recipes
-    keep it, :func:`bitfit_hf.recipe_kit.output_dir.check_output_dir`). ``base`` itself when it has both."""
+    ``BitFitTrainer``), ``--fast_path`` / ``--length_buckets`` / ``--drop_last_train_batch``
+    (:mod:`bitfit_hf.recipe_kit.fast_path`), and ``--overwrite_output_dir`` where transformers dropped it
+    (transformers 5; the recipes keep it, :func:`bitfit_hf.recipe_kit.output_dir.check_output_dir`). ``base``
+    itself when it has them all."""
     known = getattr(base, "__dataclass_fields__", {})
     extra = []
     if "overwrite_output_dir" not in known:

@@ -3,7 +3,8 @@ hand, and setting it up with the flags transformers already has.
 
 On: ``torch_compile`` with ``torch_compile_mode="reduce-overhead"`` (CUDA graphs; plain Inductor on a CPU, where
 there are none), batches padded to a few lengths (:class:`~bitfit_hf.training.static_shapes.BucketPadding`) and
-the last partial training batch dropped (``drop_last_train_batch``: evaluation keeps every example), so each shape is compiled and captured once.
+the last partial training batch dropped (``drop_last_train_batch``: evaluation keeps every example), so each
+shape is compiled and captured once.
 ``auto`` turns it on for a CUDA run whose planned optimizer steps reach :data:`BREAK_EVEN_STEPS`: compiling
 costs tens of seconds once, and a shorter run would spend more on it than it saves. ``--torch_compile True``
 given by the user counts as on (without buckets each new batch length would compile again). docs/speed.md has
@@ -22,7 +23,8 @@ from bitfit_hf.training.static_shapes import BucketPadding, length_buckets, pars
 logger = logging.getLogger("bitfit_hf")
 
 #: Optimizer steps from which compiling pays on a GPU: about 30 s of compilation over the 19 ms a BERT-base step
-#: at batch 32 saves under CUDA graphs (docs/speed.md, measured on one H200).
+#: at batch 32 saved under CUDA graphs with transformers' stock compile flags (one H200; docs/speed.md). The fast
+#: path's own break-even is what benchmarks/gpu_summary.py measures.
 BREAK_EVEN_STEPS = 1500
 
 #: Compiled graphs dynamo keeps per function: train and eval for each bucket, and a last partial eval batch.
@@ -62,8 +64,8 @@ def decide(training_args, num_train_examples: Optional[int], cuda: bool) -> Tupl
 
 def apply_fast_path(training_args, collator: Any, max_length: Optional[int], num_train_examples: Optional[int]) -> Any:
     """Decide (:func:`decide`), log the decision in one line, and when on set the compile flags, drop the last
-    partial training batch (``drop_last_train_batch``, read by ``BitFitTrainer``) and return the collator padding to length buckets (``collator`` itself when off, or
-    when it pads to one length already)."""
+    partial training batch (``drop_last_train_batch``, read by ``BitFitTrainer``) and return the collator padding
+    to length buckets (``collator`` itself when off, or when it pads to one length already)."""
     import torch
 
     cuda = torch.cuda.is_available() and not getattr(training_args, "use_cpu", False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -219,31 +220,27 @@ class BitFitTrainerBase(Trainer):
             logger.info("BitFit trainable parameters:\n%s", self.bitfit_state.summary)
             self._summary_logged = True
         reset_evaluation_wrapping(self)  # evaluate() before train() left the model unwrappable (DDP) / an inference engine
-        with self._loop_nan_inf_filter(False):  # training_step filters on the device instead
+        # training_step filters non-finite losses on the device: the loop's own check (a host read) is off meanwhile
+        with self._args_set("logging_nan_inf_filter", False, when=self._nonfinite_on_device):
             return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def get_train_dataloader(self):
         """``Trainer``'s; with ``drop_last_train_batch`` every training batch is full (one shape for a compiled step),
         while evaluation and prediction, which read ``dataloader_drop_last`` too, keep every example."""
-        if not self.drop_last_train_batch or self.args.dataloader_drop_last:
+        with self._args_set("dataloader_drop_last", True, when=self.drop_last_train_batch):
             return super().get_train_dataloader()
-        self.args.dataloader_drop_last = True
-        try:
-            return super().get_train_dataloader()
-        finally:
-            self.args.dataloader_drop_last = False
 
     @contextlib.contextmanager
-    def _loop_nan_inf_filter(self, on: bool):
-        """``args.logging_nan_inf_filter`` as ``on`` for the block where the filter runs on the device (training
-        turns the loop's own check off, evaluation back on), restored after."""
-        before = self.args.logging_nan_inf_filter
-        if self._nonfinite_on_device:
-            self.args.logging_nan_inf_filter = on
+    def _args_set(self, name: str, value: Any, when: bool = True):
+        """``self.args.<name>`` is ``value`` inside the block (when ``when``), and what it was after: the Trainer
+        reads one flag in several places that want it differently (training, evaluation)."""
+        before = getattr(self.args, name)
+        if when:
+            setattr(self.args, name, value)
         try:
             yield
         finally:
-            self.args.logging_nan_inf_filter = before
+            setattr(self.args, name, before)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """``Trainer.training_step``; a non-finite loss is replaced for logging on the device (the value
@@ -308,7 +305,8 @@ class BitFitTrainerBase(Trainer):
 
     def evaluation_loop(self, *args, **kwargs):
         # DeepSpeed builds no ZeRO-1/2 inference engine; evaluation filters its losses as the user chose.
-        with zero12_evaluation_before_training(self), self._loop_nan_inf_filter(True):
+        with zero12_evaluation_before_training(self), self._args_set("logging_nan_inf_filter", True,
+                                                                      when=self._nonfinite_on_device):
             return super().evaluation_loop(*args, **kwargs)
 
     # ---- saving --------------------------------------------------------------------------------
@@ -394,6 +392,7 @@ class BitFitTrainerBase(Trainer):
         return super()._load_best_model()
 
 
+@functools.lru_cache(maxsize=None)
 def _keeps_running_loss(trainer_class) -> bool:
     """Whether this transformers keeps the running training loss on the trainer (``self._tr_loss``), which the
     on-device non-finite filter reads; older versions keep it in a local variable, and keep their own filter."""
