@@ -59,16 +59,29 @@ def summaries() -> Dict[str, str]:
     return out
 
 
+#: Where the recipes' summaries go in the epilog, filled in only when the help is printed.
+LISTING = "{recipe listing}"
+
+
+class _ListingFormatter(argparse.RawDescriptionHelpFormatter):
+    """Reads the recipe scripts for their summaries when the help is printed, not when the parser is built: every
+    ``bitfit-hf`` command builds every verb's parser."""
+
+    def add_text(self, text):
+        if text and LISTING in text:
+            text = text.replace(LISTING, "\n".join(f"  {name:6s} {line}" for name, line in summaries().items()))
+        super().add_text(text)
+
+
 def register(verbs) -> None:
-    listing = "\n".join(f"  {name:6s} {line}" for name, line in summaries().items())
     parser = verbs.add_parser(
         "train", help="run a training recipe (glue, pos, squad, clm) with its own flags",
         description="Run one of the recipes shipped with bitfit-hf, every flag after its name passed to it unchanged:\n"
                     "`bitfit-hf train glue ...` is `python recipes/glue.py ...` in a source checkout.",
-        epilog=f"recipes:\n{listing}\n\n"
+        epilog=f"recipes:\n{LISTING}\n\n"
                "`bitfit-hf train RECIPE --help` lists a recipe's flags (--method, the data flags, every TrainingArguments\n"
                "flag). Several processes or GPUs: accelerate launch \"$(bitfit-hf train --path glue)\" [flags...]",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_ListingFormatter,
     )
     parser.add_argument("--path", action="store_true",
                         help="print the recipe script's path and exit (for `accelerate launch`, or to read it)")

@@ -1,11 +1,12 @@
-"""Noticing a run that has stopped learning, while it trains and in its predictions (issue 35).
+"""Noticing a run that has stopped learning, while it trains and in its predictions.
 
 A learning rate too high for the checkpoint in hand makes a run collapse: the model gives every input the same
 prediction and its training loss goes flat at the loss of that constant prediction (on all-mpnet-base-v2 two
 methods at their default rates predicted one class for every sentence). The final evaluation shows it, but only
 once the whole budget is spent. :class:`CollapseCallback` reads the training loss that ``Trainer`` already logs
-every ``logging_steps`` (``on_log``: no host sync of its own, nothing added to the training step) and logs one
-warning, saying what happened and what to try, when for consecutive logged steps:
+every ``logging_steps`` (``on_log``: no host sync of its own; its only per-step work compares the step number with
+the few steps it asked a log for) and logs one warning, saying what happened and what to try, when for
+consecutive logged steps:
 
 * the loss or the gradient norm is not finite (``nonfinite_patience`` logs, default 2);
 * the loss is not below the *constant level* less ``tolerance`` (``patience`` logs, default 3): the loss of the
@@ -17,9 +18,9 @@ warning, saying what happened and what to try, when for consecutive logged steps
   language model starts far below its unigram entropy).
 
 Logs made during learning-rate warm-up do not count towards the last two (the rate is still climbing, so a flat
-loss says nothing yet). A collapse is reported at the ``patience``-th logged step after warm-up: within the first
-epoch whenever that epoch holds that many logging steps (the log line at the start of training says when the
-first report can come). :func:`warn_if_constant` is the end-of-run counterpart: every scored prediction the same.
+loss says nothing yet). A collapse is reported at the ``patience``-th logged step after warm-up; where the
+logging cadence leaves fewer than that in the first epoch, the callback asks for ``patience`` logs of its own
+spread over it, so the report comes within the first epoch (the log line at the start of training says when). :func:`warn_if_constant` is the end-of-run counterpart: every scored prediction the same.
 """
 
 from __future__ import annotations

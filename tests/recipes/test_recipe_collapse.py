@@ -1,4 +1,4 @@
-"""Every recipe watches its training for a collapse (issue 35): a rate that collapses a tiny random model is
+"""Every recipe watches its training for a collapse: a rate that collapses a tiny random model is
 reported while the run trains, within its first epoch, with what to try; a healthy rate is not. Tiny word-level
 checkpoints and generated data keep each run to seconds."""
 

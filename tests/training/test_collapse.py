@@ -1,4 +1,4 @@
-"""The collapse check (issue 35): ``CollapseCallback`` on synthetic log histories (each rule, its patience, what does
+"""The collapse check: ``CollapseCallback`` on synthetic log histories (each rule, its patience, what does
 not count), on real ``Trainer`` runs of a tiny BERT (a rate that collapses is reported within the first epoch, a
 healthy rate is not), and the constant-level and constant-prediction helpers."""
 
