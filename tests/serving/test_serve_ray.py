@@ -83,6 +83,31 @@ def tagged(url: str, body, retries: int = 0, retry_on=(503,), seen=None):
     return status, headers.get("x-bitfit-replica"), answer
 
 
+def from_every_replica(url: str, body, replicas: int = 0, including=(), clients: int = 3, timeout_s: float = 90.0):
+    """``{replica: [(status, answer), ...]}``: every answer to ``body``, sent by ``clients`` concurrent clients
+    until ``replicas`` distinct replicas, ``including`` these tags, have answered. Concurrent, because Ray's proxy routes a lone
+    sequential client by queue length and may keep every request on one idle replica."""
+    answers, stop, lock = {}, threading.Event(), threading.Lock()
+
+    def client() -> None:
+        until = time.monotonic() + timeout_s
+        while not stop.is_set() and time.monotonic() < until:
+            status, replica, answer = tagged(url, body)
+            with lock:
+                answers.setdefault(replica, []).append((status, answer))
+                if len(answers) >= replicas and set(including) <= set(answers):
+                    stop.set()
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s + 30)
+    assert len(answers) >= replicas and set(including) <= set(answers), \
+        f"only {sorted(answers)} answered within {timeout_s:.0f} s (wanted {replicas}, including {sorted(including)})"
+    return answers
+
+
 def scores(model, text):
     import torch
 
@@ -158,13 +183,11 @@ def test_admin_changes_reach_every_replica(cluster, adapters, tmp_path):  # noqa
     assert added["name"] == "late" and len(added["labels"]) == 5
     assert len(added["replicas"]["updated"]) == 2 and not added["replicas"]["pending"] and not added["replicas"]["failed"]
     want = scores(alone(adapters["c2"]), "a good film")
-    seen = set()
-    for _ in range(16):
-        status, replica, body = tagged(url, {"inputs": "a good film", "adapter": "late"})
-        assert status == 200, body
-        assert {g["label"]: g["score"] for g in body} == pytest.approx(want, abs=1e-5)
-        seen.add(replica)
-    assert len(seen) == 2
+    answers = from_every_replica(url, {"inputs": "a good film", "adapter": "late"}, replicas=2)
+    for replica, met in answers.items():
+        for status, body in met:
+            assert status == 200, (replica, body)
+            assert {g["label"]: g["score"] for g in body} == pytest.approx(want, abs=1e-5)
     assert call(url, "POST", "/admin/adapters", {"name": "late", "source": adapters["c1"]}, headers=AUTH)[0] == 409
 
     # a source no replica can load: refused where it arrives, the catalog is unchanged
@@ -244,13 +267,8 @@ def test_a_killed_replica_loses_no_request_that_is_retried(cluster, adapters):  
         fresh = [t for t in replicas(url)["replicas"] if t not in before]
         time.sleep(0.5)
     assert fresh, "no replacement replica within 120 s"
-    seen = set()
-    until = time.monotonic() + 60
-    while fresh[0] not in seen and time.monotonic() < until:
-        status, replica, body = tagged(url, {"inputs": "a good film", "adapter": "kept"})
-        assert status == 200, body
-        seen.add(replica)
-    assert fresh[0] in seen
+    answers = from_every_replica(url, {"inputs": "a good film", "adapter": "kept"}, including=fresh[:1], timeout_s=60)
+    assert all(status == 200 for met in answers.values() for status, _ in met), answers
     assert not _alive(victim["where"]["pid"])
 
 
