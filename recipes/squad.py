@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, default_data_collator
 
 from bitfit_hf.metrics.loading import load_metric
-from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults
+from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults, loading
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.data import load_raw_datasets, sample_limit, select_samples, splits_in_use
 from bitfit_hf.recipe_kit.fast_path import apply_fast_path
@@ -89,12 +89,12 @@ def main(argv=None):
         examples[split] = dataset
 
     # 3. Model and tokenizer with a span-prediction head (a fast tokenizer: offset mapping is needed).
-    source = recipe.resolve_model_source(model_args)
-    config = recipe.load_config(model_args, source, "question-answering")
-    tokenizer = recipe.load_tokenizer(model_args, source, need_fast=True)
+    source = loading.resolve_model_source(model_args)
+    config = loading.load_config(model_args, source, "question-answering")
+    tokenizer = loading.load_tokenizer(model_args, source, need_fast=True)
     check_window_sizes(tokenizer, data_args.max_seq_length, data_args.doc_stride)
-    model = recipe.load_model(AutoModelForQuestionAnswering, model_args, source, config)
-    recipe.maybe_load_adapter(model, model_args)
+    model = loading.load_model(AutoModelForQuestionAnswering, model_args, source, config)
+    loading.maybe_load_adapter(model, model_args)
 
     # 4. Windows: labelled spans for training; example ids and context offsets for evaluation.
     padding = "max_length" if data_args.pad_to_max_length else False

@@ -1,4 +1,5 @@
-"""Data readers for the offline assets (see :mod:`bitfit_hf.data.assets`) and files of the same formats."""
+"""Data readers for the offline assets (see :mod:`bitfit_hf.data.assets`) and files of the same formats; the
+offline default datasets built from them are :mod:`bitfit_hf.data.offline`'s."""
 
 from bitfit_hf.data.readers import (
     CLAIM_LABELS,

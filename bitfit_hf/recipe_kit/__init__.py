@@ -4,13 +4,16 @@
   default data); the argument dataclasses live in :mod:`.arg_groups` (model, data, training) and
   :mod:`.method_args` (``--method``, the flags every method sees and each method's own, from its folder), the
   command-line and arguments-file handling in :mod:`.argv`;
-* :mod:`.data` -- offline default datasets, Hub datasets, local files, and the split/column checks;
-* :mod:`.run` -- model loading with head checks, evaluate-before-and-after, results files, CLI entry;
+* :mod:`.data` -- the run's datasets (an offline default from :mod:`bitfit_hf.data.offline`, Hub datasets, local
+  files) and the split/column checks;
+* :mod:`.loading` -- the model: its source, config with head checks, tokenizer, weights, adapter;
+* :mod:`.run` -- the run's flow: start, evaluate-before-and-after, results files, CLI entry;
 * :class:`.errors.RecipeError` -- bad input, raised before any training starts.
 
 Task-specific preprocessing and post-processing live in :mod:`bitfit_hf.recipe_kit.tasks`.
 """
 
+from bitfit_hf.data.offline import OFFLINE_DATASETS, load_offline_dataset
 from bitfit_hf.recipe_kit.args import (
     DEFAULT_LEARNING_RATES,
     DEFAULT_MODEL_ID,
@@ -23,7 +26,7 @@ from bitfit_hf.recipe_kit.args import (
     default_use_cpu,
     parse_recipe_args,
 )
-from bitfit_hf.recipe_kit.data import OFFLINE_DATASETS, load_offline_dataset, load_raw_datasets
+from bitfit_hf.recipe_kit.data import load_raw_datasets
 from bitfit_hf.recipe_kit.errors import RecipeError
 
 __all__ = [

@@ -1,6 +1,7 @@
 """Reproduce the BitFit paper's findings with one command: a grid of real recipe runs and a report.
 
-* :mod:`~bitfit_hf.study.grid`: tasks, method rows (a recipe ``--method`` plus flags), budgets, cells;
+* :mod:`~bitfit_hf.study.budgets`: tasks, method rows (a recipe ``--method`` plus flags), budgets;
+* :mod:`~bitfit_hf.study.grid`: the cells a budget expands to, each with its exact command;
 * :mod:`~bitfit_hf.study.state`: where a planned cell stands;
 * :mod:`~bitfit_hf.study.sweep`: the learning rate each swept row trains at, from the sweep's dev scores;
 * :mod:`~bitfit_hf.study.runner`: runs each cell as a recipe subprocess, resumably (the sweep first);

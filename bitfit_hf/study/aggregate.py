@@ -11,7 +11,8 @@ import math
 import statistics
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from bitfit_hf.study.grid import MAIN, METHOD_ROWS, Budget
+from bitfit_hf.study.budgets import METHOD_ROWS, Budget
+from bitfit_hf.study.grid import MAIN
 from bitfit_hf.study.state import NOT_AVAILABLE, WAITING, CellState
 from bitfit_hf.study.sweep import choose_rates
 

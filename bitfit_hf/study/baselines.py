@@ -93,7 +93,7 @@ def task_constants(recipe: str, dataset: str, eval_samples: Optional[int], train
     """The constant predictor of a task on its scored slices: ``validation`` (the first ``eval_samples``),
     ``train`` (the first ``train_samples`` training examples: the training-set score) and, with
     ``dev_samples``, ``dev`` (the sweep's dev split: the last ``dev_samples`` training examples)."""
-    from bitfit_hf.recipe_kit.data import load_offline_dataset
+    from bitfit_hf.data.offline import load_offline_dataset
 
     raw = load_offline_dataset(dataset)
     out: Dict[str, Any] = {

@@ -17,7 +17,8 @@ import sys
 import time
 from typing import List, Optional, Sequence
 
-from bitfit_hf.study.grid import BUDGETS, METHOD_ROWS, TASKS, StudySettings
+from bitfit_hf.study.budgets import BUDGETS, METHOD_ROWS, TASKS
+from bitfit_hf.study.grid import StudySettings
 from bitfit_hf.study.runner import NOT_AVAILABLE, WAITING, Study, StudyError
 
 __all__ = ["add_arguments", "run", "main"]

@@ -12,11 +12,12 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from bitfit_hf.study import claims as rules
 from bitfit_hf.study.aggregate import aggregate, bias_change_over
+from bitfit_hf.study.budgets import TASKS, Budget
 from bitfit_hf.study.claims import COMBINE_RULE, figure1_ranking, judge_all
 from bitfit_hf.study.compare import K_SE, MIN_SEEDS, NOISE_RULE
 from bitfit_hf.study.figures import plot_bias_change, plot_curve, plot_grid
 from bitfit_hf.study.gates import FIT_FRACTION, FIT_RULE, GATE_RULE, VALID_MARGIN, fit_threshold, threshold, validity_table
-from bitfit_hf.study.grid import TASKS, Budget, StudySettings
+from bitfit_hf.study.grid import StudySettings
 from bitfit_hf.study.machine import cell_environments, describe, environment
 from bitfit_hf.study.state import NOT_AVAILABLE, WAITING, CellState
 from bitfit_hf.study.sweep import CHOICE_RULE

@@ -29,7 +29,8 @@ import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from bitfit_hf.study.grid import Budget, Cell, StudySettings, plan, sweep_plan
+from bitfit_hf.study.budgets import Budget
+from bitfit_hf.study.grid import Cell, StudySettings, plan, sweep_plan
 from bitfit_hf.study.machine import environment
 from bitfit_hf.study.outcome import read_outcome
 from bitfit_hf.study.state import NOT_AVAILABLE, WAITING, CellState

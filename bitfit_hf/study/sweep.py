@@ -11,7 +11,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Dict, List, Sequence, Tuple
 
-from bitfit_hf.study.grid import SWEEP, Budget, swept_rows
+from bitfit_hf.study.budgets import Budget
+from bitfit_hf.study.grid import SWEEP, swept_rows
 from bitfit_hf.study.state import NOT_AVAILABLE, CellState
 
 __all__ = ["CHOICE_RULE", "CHOSEN", "choose_rates", "chosen_rates"]

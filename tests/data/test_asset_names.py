@@ -25,6 +25,7 @@ from bitfit_hf.data.assets import (
     packaged_copy,
     packaged_copy_or,
 )
+from bitfit_hf.recipe_kit import loading
 from bitfit_hf.recipe_kit import run as recipe
 from bitfit_hf.recipe_kit.args import ModelArguments
 
@@ -115,12 +116,12 @@ def test_recipes_fetch_a_named_model_asset_before_anything_loads(fake_mpnet, mon
 def test_model_name_or_path_mpnet_loads_the_copy_records_the_hub_id_and_pools_by_mean(fake_mpnet, caplog):
     recipe.fetch_default_assets(_parsed("mpnet"))
     args = ModelArguments(model_name_or_path="mpnet")
-    source = recipe.resolve_model_source(args)
+    source = loading.resolve_model_source(args)
     assert source == str(fake_mpnet) and args.base_model_name_or_path == MPNET_HUB_ID
 
-    config = recipe.load_config(args, source, "sequence-classification", num_labels=2)
+    config = loading.load_config(args, source, "sequence-classification", num_labels=2)
     with caplog.at_level("INFO", logger="bitfit_hf"):
-        model = recipe.load_model(T.AutoModelForSequenceClassification, args, source, config)
+        model = loading.load_model(T.AutoModelForSequenceClassification, args, source, config)
     from bitfit_hf.utils.sentence_pooling import sentence_pooling_of
 
     assert type(model).__name__ == "MPNetForSequenceClassification"
@@ -142,12 +143,12 @@ def test_model_name_or_path_mpnet_loads_the_copy_records_the_hub_id_and_pools_by
 def test_the_hub_id_or_the_folder_of_a_copy_that_is_here_load_it_too(fake_mpnet):
     recipe.fetch_default_assets(_parsed("mpnet"))
     by_id = ModelArguments(model_name_or_path=MPNET_HUB_ID)
-    assert recipe.resolve_model_source(by_id) == str(fake_mpnet) and by_id.base_model_name_or_path == MPNET_HUB_ID
+    assert loading.resolve_model_source(by_id) == str(fake_mpnet) and by_id.base_model_name_or_path == MPNET_HUB_ID
     by_folder = ModelArguments(model_name_or_path=str(fake_mpnet))
-    assert recipe.resolve_model_source(by_folder) == str(fake_mpnet)
+    assert loading.resolve_model_source(by_folder) == str(fake_mpnet)
     assert by_folder.base_model_name_or_path == MPNET_HUB_ID  # the adapter names the Hub model, not this path
     other = ModelArguments(model_name_or_path=MPNET_HUB_ID, model_revision="0123abc")
-    assert recipe.resolve_model_source(other) == MPNET_HUB_ID  # another revision: the Hub's business
+    assert loading.resolve_model_source(other) == MPNET_HUB_ID  # another revision: the Hub's business
 
 
 # --------------------------------------------------------------------------- the study

@@ -347,7 +347,7 @@ def test_real_vitaminc_counts_and_page_split():
     assert Counter(CLAIM_LABELS[r["label"]] for r in rows) == {"True": 27_242, "False": 20_169, "Neither": 7_257}
     assert len({r["title"] for r in rows}) == 3_068 and all(r["title"] for r in rows)
 
-    from bitfit_hf.recipe_kit.data import load_offline_dataset
+    from bitfit_hf.data.offline import load_offline_dataset
 
     splits = load_offline_dataset("vitaminc")
     assert sum(len(s) for s in splits.values()) == 54_668

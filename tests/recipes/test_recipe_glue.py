@@ -77,7 +77,7 @@ def test_default_data_bitfit_with_predictions(tmp_path):
 
 
 def test_local_pair_files_full_finetuning(tmp_path):
-    from bitfit_hf.recipe_kit import load_offline_dataset
+    from bitfit_hf.data.offline import load_offline_dataset
 
     reviews = load_offline_dataset("movie_reviews")["train"].select(range(24))
     names = ["entailment", "not_entailment"]

@@ -7,7 +7,8 @@ import pytest
 import torch
 from recipe_support import accelerate_launch, load_recipe, read_json
 
-from bitfit_hf.recipe_kit import DEFAULT_MODEL_ID, load_offline_dataset
+from bitfit_hf.data.offline import load_offline_dataset
+from bitfit_hf.recipe_kit import DEFAULT_MODEL_ID
 from bitfit_hf.recipe_kit.tasks.tagging import PTB_TAGS
 
 pytestmark = pytest.mark.slow

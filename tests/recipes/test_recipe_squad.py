@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from recipe_support import accelerate_launch, read_json
 
+from bitfit_hf.data.offline import load_offline_dataset
 from bitfit_hf.metrics.squad import squad_v1_compute
-from bitfit_hf.recipe_kit import DEFAULT_MODEL_ID, load_offline_dataset
+from bitfit_hf.recipe_kit import DEFAULT_MODEL_ID
 
 pytestmark = pytest.mark.slow
 

@@ -65,13 +65,14 @@ def run_recipe_error(capsys, monkeypatch, recipe: str, out, *argv: str) -> str:
     sys.path.insert(0, str(REPO / "tests" / "recipes"))
     from recipe_support import load_recipe
 
+    from bitfit_hf.recipe_kit import loading
     from bitfit_hf.recipe_kit import run as recipe_run
 
     def no_loading(*args, **kwargs):
         raise AssertionError("the model was loaded before the data was checked")
 
-    monkeypatch.setattr(recipe_run, "load_tokenizer", no_loading)
-    monkeypatch.setattr(recipe_run, "load_model", no_loading)
+    monkeypatch.setattr(loading, "load_tokenizer", no_loading)
+    monkeypatch.setattr(loading, "load_model", no_loading)
     main = load_recipe(recipe).main
     with pytest.raises(SystemExit) as exit_info:
         recipe_run.cli_entry(lambda: main(["--output_dir", str(out), "--do_train", *argv]))

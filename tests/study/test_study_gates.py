@@ -8,6 +8,7 @@ import math
 import pytest
 
 from bitfit_hf.study.baselines import best_class_accuracy, best_prefix_f1, best_tag_accuracy, task_constants
+from bitfit_hf.study.budgets import Budget, SweepBudget, TaskBudget
 from bitfit_hf.study.compare import FAILS, HOLDS, K_SE, UNDECIDED, Paired, at_most, exceeds, paired, within
 from bitfit_hf.study.gates import (
     BOTH,
@@ -18,7 +19,7 @@ from bitfit_hf.study.gates import (
     fit_threshold,
     validity_table,
 )
-from bitfit_hf.study.grid import Budget, Cell, SweepBudget, TaskBudget
+from bitfit_hf.study.grid import Cell
 from bitfit_hf.study.state import CellState
 from bitfit_hf.study.sweep import CHOSEN, choose_rates, chosen_rates
 
@@ -90,7 +91,7 @@ def test_constant_predictors_on_hand_made_examples():
 
 def test_constant_predictors_on_the_real_offline_slices():
     """The WSJ sample (801 training lines, 100 validation): the slices the recipes score, read from the asset."""
-    from bitfit_hf.recipe_kit.data import load_offline_dataset
+    from bitfit_hf.data.offline import load_offline_dataset
 
     raw = load_offline_dataset("wsj_pos")
     constants = task_constants("pos", "wsj_pos", eval_samples=50, train_samples=200, dev_samples=100)
@@ -110,9 +111,9 @@ def _sweep_state(rate, seed, status, score=None):
 
 
 def test_the_sweep_chooses_the_best_mean_dev_score_once_every_rate_finished(monkeypatch):
-    from bitfit_hf.study import grid
+    from bitfit_hf.study import budgets
 
-    monkeypatch.setitem(grid.TASKS, "t", grid.TASKS["sentiment"])
+    monkeypatch.setitem(budgets.TASKS, "t", budgets.TASKS["sentiment"])
     budget = Budget("b", "", {"t": TaskBudget(16, (1, 2), ("bitfit",))}, None,
                     sweep=SweepBudget(rates=(("bitfit", (1e-3, 3e-3, 1e-2)),), seeds=(1, 2)))
     states = [_sweep_state(1e-3, 1, "done", 70.0), _sweep_state(1e-3, 2, "done", 72.0),
@@ -130,9 +131,9 @@ def test_the_sweep_chooses_the_best_mean_dev_score_once_every_rate_finished(monk
 
 
 def test_the_sweep_tie_goes_to_the_lower_rate_and_failures_are_named(monkeypatch):
-    from bitfit_hf.study import grid
+    from bitfit_hf.study import budgets
 
-    monkeypatch.setitem(grid.TASKS, "t", grid.TASKS["sentiment"])
+    monkeypatch.setitem(budgets.TASKS, "t", budgets.TASKS["sentiment"])
     budget = Budget("b", "", {"t": TaskBudget(16, (1,), ("bitfit",))}, None,
                     sweep=SweepBudget(rates=(("bitfit", (1e-3, 3e-3, 1e-2)),)))
     states = [_sweep_state(1e-3, 1, "done", 70.0), _sweep_state(3e-3, 1, "done", 74.0),

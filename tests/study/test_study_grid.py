@@ -9,17 +9,8 @@ import os
 import pytest
 
 from bitfit_hf.study import runner
-from bitfit_hf.study.grid import (
-    BUDGETS,
-    METHOD_ROWS,
-    TASKS,
-    CpuSizing,
-    StudySettings,
-    cpu_budget,
-    epochs_for,
-    plan,
-    sweep_plan,
-)
+from bitfit_hf.study.budgets import BUDGETS, METHOD_ROWS, TASKS, CpuSizing, cpu_budget
+from bitfit_hf.study.grid import StudySettings, epochs_for, plan, sweep_plan
 from bitfit_hf.study.runner import NOT_AVAILABLE, Study, StudyError, available_methods
 
 
@@ -368,7 +359,7 @@ json.dump({"rate": rate}, open(os.path.join(out, "rate.json"), "w"))
 
 
 def test_the_sweep_runs_first_and_its_choice_trains_the_main_cells_in_the_same_invocation(tmp_path):
-    from bitfit_hf.study.grid import Budget, SweepBudget, TaskBudget
+    from bitfit_hf.study.budgets import Budget, SweepBudget, TaskBudget
     from bitfit_hf.study.report import write_report
 
     recipes = tmp_path / "recipes"
