@@ -113,7 +113,7 @@ def launch_env(tmp: Path) -> Dict[str, str]:
         TMPDIR=str(tmp),
         PYTHONPATH=os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
     )
-    from bitfit_hf.training.distributed import torch_extensions_dir
+    from bitfit_hf.training.backend import torch_extensions_dir
 
     env["TORCH_EXTENSIONS_DIR"] = torch_extensions_dir()  # $TORCH_EXTENSIONS_DIR or ~/.cache/bitfit_hf/torch_extensions
     return env
@@ -199,7 +199,7 @@ def cleanup_leftovers(port: Optional[int], tmp: Optional[Path]) -> None:
 
 def train_args(*extra: str, kind: str = "bert") -> List[str]:
     # --eval-first: evaluate() before train(), as the recipes do (it used to leave DDP ranks unsynchronised
-    # and to break DeepSpeed training; see bitfit_hf.training.distributed.reset_evaluation_wrapping)
+    # and to break DeepSpeed training; see bitfit_hf.training.eval_wrapping.reset_evaluation_wrapping)
     return [str(SCRIPT), "--out", "{out}", "--base", str(base_model_dir(kind)), "--eval-first", *KIND_ARGS[kind],
             *extra]
 

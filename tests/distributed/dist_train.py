@@ -90,7 +90,8 @@ def main(argv=None) -> int:
     from transformers import AutoModelForSequenceClassification, TrainingArguments
 
     from bitfit_hf import BitFitTrainer
-    from bitfit_hf.training.distributed import launched_world_size, training_args_kwargs
+    from bitfit_hf.training.backend import training_args_kwargs
+    from bitfit_hf.training.launcher import launched_world_size
     from bitfit_hf.utils.zero import gathered
 
     t_import = time.time()
