@@ -39,7 +39,8 @@ from typing import Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from train_cost import SyntheticDataset  # noqa: E402 - the synthetic batches of every training benchmark
+from cost_methods import method_config, parse_row, peft_reference  # noqa: E402 - train_cost.py's rows
+from cost_models import SyntheticDataset  # noqa: E402 - the synthetic batches of every training benchmark
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -176,7 +177,7 @@ def summarise_profile(prof, wall_s: float, steps: int, top: int = 12) -> dict:
 def trainer_row(row: str, args) -> dict:
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from bitfit_hf import BitFitConfig, BitFitTrainer
+    from bitfit_hf import BitFitTrainer
 
     fast = row.endswith("-fast") or row.endswith("-fast-stock")
     method = row.replace("-fast-stock", "").replace("-fast", "")
@@ -195,20 +196,11 @@ def trainer_row(row: str, args) -> dict:
     training_args = TrainingArguments(**options)
     model = bert_base()
     data = SyntheticDataset(BATCH * (total + 2), SEQ, model.config.vocab_size)
-    if method in ("lora", "bitfit-lora") or method == "full":
-        if method == "lora":
-            import peft
-
-            model = peft.get_peft_model(model, peft.LoraConfig(task_type="SEQ_CLS", r=8, lora_alpha=16, lora_dropout=0.1,
-                                                               target_modules=["query", "value"], bias="none"))
-        if method in ("lora", "full"):
-            trainer = Trainer(model=model, args=training_args, train_dataset=data, callbacks=[Clock()])
-        else:
-            from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
-
-            trainer = BitFitTrainer(model=model, args=training_args, train_dataset=data, callbacks=[Clock()],
-                                    bitfit_config=BitFitLoraConfig(bias_terms="all", lora_r=8, lora_alpha=16,
-                                                                   lora_dropout=0.1))
+    spec = parse_row(method)  # train_cost.py's rows: the references full / lora, else a recipes' --method
+    if spec.reference:
+        if spec.method != "full":
+            model = peft_reference(model, spec.method)
+        trainer = Trainer(model=model, args=training_args, train_dataset=data, callbacks=[Clock()])
     else:
         cls = BitFitTrainer
         if row.endswith("-stock"):  # Trainer's own step: what BitFitTrainer's async-step changes are worth
@@ -219,7 +211,7 @@ def trainer_row(row: str, args) -> dict:
                 "_clip_grad_norm": Trainer._clip_grad_norm})
             trainer_module.use_non_blocking_copies = lambda _args: False  # blocking copies, as Trainer makes them
         trainer = cls(model=model, args=training_args, train_dataset=data, callbacks=[Clock()],
-                      bitfit_config=BitFitConfig(bias_terms="all"))
+                      method_config=method_config(spec.method, spec.flags))
         if row.endswith("-stock"):
             trainer._nonfinite_on_device = False
     began = time.perf_counter()
@@ -270,7 +262,7 @@ def real_text_row(args) -> dict:
     """BitFit on the fast path over the real sentences, batches padded by the recipes' collator to length buckets."""
     from transformers import AutoTokenizer, DataCollatorWithPadding, TrainerCallback, TrainingArguments
 
-    from bitfit_hf import BitFitConfig, BitFitTrainer
+    from bitfit_hf import BitFitTrainer
     from bitfit_hf.data.readers import read_movie_reviews
     from bitfit_hf.recipe_kit.arg_groups import recipe_training_class
     from bitfit_hf.recipe_kit.fast_path import apply_fast_path
@@ -305,7 +297,7 @@ def real_text_row(args) -> dict:
         return batch
 
     trainer = BitFitTrainer(model=bert_base(), args=training_args, train_dataset=features, data_collator=counting,
-                            callbacks=[Clock()], bitfit_config=BitFitConfig(bias_terms="all"))
+                            callbacks=[Clock()], method_config=method_config("bitfit"))
     trainer.train()
     return {"samples_s": BATCH / window.seconds, "ms_per_step": window.seconds * 1e3,
             "padded_tokens_s": counts["padded"] / max(1, counts["batches"] - args.warmup) / window.seconds,

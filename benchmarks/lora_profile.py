@@ -5,9 +5,10 @@ each, side by side (issue 27, item 3).
     python benchmarks/lora_profile.py --model bert-base --batch-size 2 --seq 16 --precision bf16
         # a step small enough that dispatching operators, not arithmetic, is its cost (as on a GPU in eager mode)
 
-Each configuration runs in a fresh process, built as ``benchmarks/train_cost.py`` builds it: BitFit ``all``
-(``apply_bitfit``), PEFT LoRA r=8 on query/value (``peft.get_peft_model``, ``bias="none"``) and BitFit ``all`` +
-LoRA r=8 (``BitFitLoraConfig``, the same LoRA settings). A step is what the Trainer runs: forward, backward,
+Each configuration runs in a fresh process, built as ``benchmarks/train_cost.py`` builds its rows (same names,
+``benchmarks/cost_methods.py``): ``bitfit`` (the recipes' ``--method bitfit``, bias terms ``all``), the reference
+``lora`` (PEFT LoRA r=8 on query/value through ``peft.get_peft_model``, ``bias="none"``) and ``bitfit_lora`` (BitFit
+``all`` + LoRA r=8, the same LoRA settings); ``full`` trains the stock model. A step is what the Trainer runs: forward, backward,
 gradient clipping, AdamW (foreach, as BitFitTrainer on a CPU), ``zero_grad``; with ``--precision bf16`` the
 forward runs under bf16 autocast, and ``--frozen-bf16`` stores frozen weights in bf16 (``frozen_dtype``).
 
@@ -30,37 +31,20 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cost_methods import canonical, label, names_help, parse_row, prepare_model, warn_aliases  # noqa: E402
 from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
 
-METHODS = ("bitfit", "lora", "bitfit-lora")  # the default comparison; --methods may add "full"
-LABELS = {"full": "full fine-tuning", "bitfit": "BitFit `all`", "lora": "PEFT LoRA r=8 q,v", "bitfit-lora": "BitFit `all` + LoRA r=8 q,v"}
+METHODS = ("bitfit", "lora", "bitfit_lora")  # the default comparison; --methods may add full or any other row
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 
 def build(model_name: str, method: str, frozen_bf16: bool):
     import torch
-    from train_cost import build_model
+    from cost_models import build_model
 
-    model = build_model(model_name)
-    if method == "full":
-        pass  # every parameter trains
-    elif method == "bitfit":
-        from bitfit_hf import BitFitConfig, apply_bitfit
-
-        apply_bitfit(model, BitFitConfig(bias_terms="all"))
-    elif method == "lora":
-        import peft
-
-        model = peft.get_peft_model(model, peft.LoraConfig(task_type="SEQ_CLS", r=8, lora_alpha=16, lora_dropout=0.1,
-                                                           target_modules=["query", "value"], bias="none"))
-    elif method == "bitfit-lora":
-        from bitfit_hf.tuners import apply_method
-        from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
-
-        apply_method(model, BitFitLoraConfig(bias_terms="all", lora_r=8, lora_alpha=16, lora_dropout=0.1))
-    else:
-        raise ValueError(f"unknown method {method!r}")
-    if frozen_bf16 and method != "full":
+    row = parse_row(method)
+    model = prepare_model(build_model(model_name), row)
+    if frozen_bf16 and row.method != "full":
         from bitfit_hf.training.frozen_dtype import cast_frozen_weights
 
         cast_frozen_weights(model, torch.bfloat16)
@@ -157,7 +141,8 @@ def main(argv=None) -> int:
     parser.add_argument("--profile-steps", type=int, default=2, help="steps recorded by torch.profiler")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--frozen-bf16", action="store_true", help="frozen weights stored in bf16 (needs --precision bf16)")
-    parser.add_argument("--methods", default=",".join(METHODS), help="comma list of: full, " + ", ".join(METHODS))
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"default: {','.join(METHODS)}. A {names_help()} "
+                        "(no @ options: --frozen-bf16 is for every row)")
     parser.add_argument("--top-ops", type=int, default=16)
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
@@ -174,7 +159,15 @@ def main(argv=None) -> int:
     info = machine_info()
     info["command"] = "python benchmarks/lora_profile.py " + " ".join(argv if argv is not None else sys.argv[1:])
     info["load_before"] = load_average()
-    methods = args.methods.split(",")
+    named = [m.strip() for m in args.methods.split(",") if m.strip()]
+    try:
+        rows_asked = [parse_row(m) for m in named]
+    except ValueError as err:
+        parser.error(str(err))
+    if any(row.options or row.plain for row in rows_asked):
+        parser.error("--methods: rows without @ options or plain- (every row here is one profiled step)")
+    warn_aliases(named)
+    methods = list(dict.fromkeys(canonical(m) for m in named))
     common = [sys.executable, os.path.abspath(__file__), "--model", args.model, "--batch-size", str(args.batch_size),
               "--seq", str(args.seq), "--reps", str(args.reps), "--profile-steps", str(args.profile_steps),
               "--precision", args.precision, *(["--frozen-bf16"] if args.frozen_bf16 else [])]
@@ -188,7 +181,7 @@ def main(argv=None) -> int:
     info["load_after"] = load_average()
 
     how = f"{args.precision}" + (", frozen weights bf16" if args.frozen_bf16 else "")
-    heads = " | ".join(LABELS.get(m, m) for m in methods)
+    heads = " | ".join(label(m, trainer=False) for m in methods)
     lines = [f"**{args.model}**, batch {args.batch_size}, sequence {args.seq}, {how}, "
              f"{rows[methods[0]]['threads']} thread(s): one training step (forward, backward, clipping, AdamW)", "",
              f"| | {heads} |", "| --- |" + " ---: |" * len(methods)]

@@ -67,10 +67,25 @@ GRID: Dict[str, List[float]] = {
 }
 
 
+#: A method registered without a row above: the rates every row draws from.
+DEFAULT_RATES = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2]
+#: Rows that are a method with a flag: row -> its recipe flags (a results key of the committed table).
+VARIANTS = {"adapterbias_shared": ["--method", "adapterbias", "--share_alpha"]}
+
+
+def sweep_methods() -> List[str]:
+    """Every row: the grid's, then any recipes' ``--method`` registered since (rated over :data:`DEFAULT_RATES`)."""
+    from bitfit_hf.tuners import recipe_methods
+
+    return [*GRID, *(name for name in recipe_methods() if name not in GRID)]
+
+
+def rates(method: str) -> List[float]:
+    return GRID.get(method, DEFAULT_RATES)
+
+
 def method_flags(method: str) -> List[str]:
-    if method == "adapterbias_shared":
-        return ["--method", "adapterbias", "--share_alpha"]
-    return ["--method", method]
+    return list(VARIANTS.get(method, ["--method", method]))
 
 
 def cell_key(method: str, rate: float, seed: int) -> str:
@@ -211,7 +226,7 @@ def markdown(rows: Dict[str, dict], machine: str, data: Optional[List[str]] = No
              "Every rate runs on the first seed; the second seed runs only at each method's two best rates of the "
              "first, and the best is chosen among those on the two-seed mean.",
              "", "| method | " + "rate: dev accuracy (mean over seeds; each seed) | best |", "| --- | --- | --- |"]
-    for method in [m for m in GRID if m in summary]:
+    for method in [m for m in sweep_methods() if m in summary]:
         entry = summary[method]
         cells = []
         for rate in sorted(entry["by_rate"]):
@@ -228,7 +243,7 @@ def markdown(rows: Dict[str, dict], machine: str, data: Optional[List[str]] = No
 
 def finalist_rates(done: Dict[str, dict], method: str, seed: int, top: int) -> List[float]:
     """The ``top`` rates of ``method`` with the best dev accuracy on ``seed`` (every rate when ``top`` is 0)."""
-    scored = [(done[cell_key(method, rate, seed)]["dev_accuracy"], rate) for rate in GRID[method]
+    scored = [(done[cell_key(method, rate, seed)]["dev_accuracy"], rate) for rate in rates(method)
               if cell_key(method, rate, seed) in done]
     ranked = [rate for _, rate in sorted(scored, key=lambda pair: -pair[0])]
     return ranked if top <= 0 else ranked[:top]
@@ -280,7 +295,8 @@ def machine_line() -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", default=",".join(GRID), help="comma-separated, from: " + ", ".join(GRID))
+    known = sweep_methods()
+    parser.add_argument("--methods", default=",".join(known), help="comma-separated, from: " + ", ".join(known))
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--dev-size", type=int, default=1000,
                         help="training examples carved off the end as the dev split (not with --validation_file)")
@@ -299,9 +315,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     default_paths(args, "lr_sweep")
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in GRID]
+    unknown = [m for m in methods if m not in known]
     if unknown:
-        parser.error(f"unknown method(s) {unknown}; known: {', '.join(GRID)}")
+        parser.error(f"unknown method(s) {unknown}; known: {', '.join(known)}")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     extra: List[str] = []
     if args.quick:
@@ -314,7 +330,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
     if not args.report:
         todo = [(method, rate, seed) for method in methods
-                for rate in (GRID[method][1:2] if args.quick else GRID[method])
+                for rate in (rates(method)[1:2] if args.quick else rates(method))
                 for seed in seeds[:1] if cell_key(method, rate, seed) not in done]
         lock = threading.Lock()
 
@@ -330,7 +346,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         run_cells(todo, one, args.jobs)
         finalists = {method: finalist_rates(done, method, seeds[0], args.top) for method in methods}
         later = [(method, rate, seed) for seed in seeds[1:] for method in methods
-                 for rate in (GRID[method][1:2] if args.quick else finalists[method])
+                 for rate in (rates(method)[1:2] if args.quick else finalists[method])
                  if cell_key(method, rate, seed) not in done]
         run_cells(later, one, args.jobs)
     table = markdown(done, machine_line(), rows_data(done))

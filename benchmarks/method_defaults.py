@@ -35,7 +35,7 @@ from collections import Counter
 from typing import Dict, List, Optional
 
 from lr_sweep import (
-    GRID,
+    VARIANTS,
     add_data_arguments,
     append_result,
     check_results_data,
@@ -45,12 +45,13 @@ from lr_sweep import (
     method_flags,
     rows_data,
     run_cells,
+    sweep_methods,
     write_table,
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "glue.py")
-METHODS = [m for m in GRID if m != "adapterbias_shared"] + ["adapterbias_shared"]
+METHODS = [m for m in sweep_methods() if m not in VARIANTS] + list(VARIANTS)  # the recipes' methods, then variants
 
 
 def read_rows(path: str) -> Dict[str, dict]:
@@ -72,7 +73,8 @@ def majority_share(labels: List[int]) -> float:
 def validation_labels(validation_file: Optional[str] = None) -> Optional[List]:
     """The labels of the validation examples the recipe scores on: its offline default data, or the ``label`` column
     of ``validation_file`` read as the recipe reads it (None when it has no such column: no majority to show)."""
-    from bitfit_hf.recipe_kit.data import load_data_file, load_offline_dataset
+    from bitfit_hf.data.offline import load_offline_dataset
+    from bitfit_hf.recipe_kit.data import load_data_file
 
     if validation_file is None:
         return list(load_offline_dataset("movie_reviews")["validation"]["label"])

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from bitfit_hf import AutoBitFitModel
 from bitfit_hf.cli.main import main as cli
 from bitfit_hf.data.assets import minilm_path
-from bitfit_hf.recipe_kit.data import load_offline_dataset
+from bitfit_hf.data.offline import load_offline_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -157,13 +157,13 @@ def run_checks(path: str, other_path: str, device: str) -> dict:
         trainer = BitFitTrainer(
             model=model, args=TrainingArguments(out, max_steps=4, per_device_train_batch_size=4, learning_rate=1e-2,
                                                 report_to=[], save_strategy="no", logging_steps=1),
-            train_dataset=data, bitfit_config=BitFitConfig("all", add_missing_biases=True))
+            train_dataset=data, method_config=BitFitConfig("all", add_missing_biases=True))
         unchanged = torch.equal(_logits(model, ids), before)
         trainer.train()
         trainer.save_model(out)
         after = _logits(model, ids)
         params = dict(model.named_parameters())
-        trained = set(trainer.bitfit_state.selection.parameter_names)
+        trained = set(trainer.tuner_state.selection.parameter_names)
         frozen_same = all(torch.equal(params[n], t) for n, t in frozen.items() if n not in trained)
         reloaded = AutoBitFitModel.from_pretrained(out)
         cfg = BitFitAdapter.from_pretrained(out).config

@@ -30,17 +30,15 @@ def measure(model_name: str, method: str, dropout: bool, batch: int, seq: int, r
     """Forward and backward seconds of one configuration (run in a worker process). ``compiled``: the
     model runs through ``torch.compile`` (its first two steps, where compilation happens, are warm-up)."""
     import torch
-    from train_cost import build_model
-
-    from bitfit_hf import BitFitConfig, apply_bitfit
+    from cost_methods import parse_row, prepare_model
+    from cost_models import build_model
 
     model = build_model(model_name)
     if not dropout:  # BERT's attention passes its nn.Dropout's p to the attention kernel too
         for module in model.modules():
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
-    if method == "bitfit":
-        apply_bitfit(model, BitFitConfig(bias_terms="all"))
+    model = prepare_model(model, parse_row(method))  # full: the stock model; bitfit: the recipes' --method bitfit
     model.train()
     generator = torch.Generator().manual_seed(0)
     inputs = {"input_ids": torch.randint(min(1000, model.config.vocab_size // 2), model.config.vocab_size, (batch, seq), generator=generator),

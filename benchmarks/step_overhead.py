@@ -40,8 +40,8 @@ import time
 from typing import Callable, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cost_models import SyntheticDataset  # noqa: E402 - the synthetic batches of every training benchmark
 from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
-from train_cost import SyntheticDataset  # noqa: E402 - the synthetic batches of every training benchmark
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -158,7 +158,7 @@ def run_trainer(args, window: Window, kind: str) -> None:
                 "training_step": Trainer.training_step, "floating_point_ops": Trainer.floating_point_ops,
                 "_clip_grad_norm": Trainer._clip_grad_norm})
         trainer = cls(model=model, args=training_args, train_dataset=data, callbacks=[Clock()],
-                      bitfit_config=BitFitConfig(bias_terms="all"))
+                      method_config=BitFitConfig(bias_terms="all"))
         if kind == "bitfit-stock":
             trainer._nonfinite_on_device = False  # the loop's own check, a host read per step
     trainer.train()

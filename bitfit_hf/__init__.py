@@ -36,9 +36,10 @@ _EXPORTS = {
     "BitFitState": "tuners.bias.model",
     "apply_bitfit": "tuners.bias.model",
     "get_bitfit_state": "tuners.state",
+    "get_tuner_state": "tuners.state",
     "Selection": "tuners.bias.selection",
     "resolve": "tuners.bias.selection",
-    "TrainableSummary": "tuners.bitfit.summary",
+    "TrainableSummary": "tuners.summary",
     "ALL_ROLES": "tuners.roles",
     "PAPER_ROLES": "tuners.roles",
     "PRESETS": "tuners.roles",
@@ -79,9 +80,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from bitfit_hf.tuners.bias.config import BitFitConfig  # noqa: F401
     from bitfit_hf.tuners.bias.model import BitFitState, apply_bitfit  # noqa: F401
     from bitfit_hf.tuners.bias.selection import Selection, resolve  # noqa: F401
-    from bitfit_hf.tuners.bitfit.summary import TrainableSummary  # noqa: F401
     from bitfit_hf.tuners.bitfit_lora.config import BitFitLoraConfig  # noqa: F401
     from bitfit_hf.tuners.errors import SelectionError  # noqa: F401
     from bitfit_hf.tuners.roles import ALL_ROLES, PAPER_ROLES, PRESETS  # noqa: F401
-    from bitfit_hf.tuners.state import get_bitfit_state  # noqa: F401
+    from bitfit_hf.tuners.state import get_bitfit_state, get_tuner_state  # noqa: F401
+    from bitfit_hf.tuners.summary import TrainableSummary  # noqa: F401
     from bitfit_hf.utils.errors import UserError  # noqa: F401

@@ -141,7 +141,7 @@ def with_perplexity(metrics, prefix: str):
 
 def main(argv=None):
     # 1. Arguments: ModelArguments, ClmDataArguments, BitFitArguments, TrainingArguments.
-    parsed, bitfit_config = recipe.start_run(ClmDataArguments, DEFAULTS, argv)
+    parsed, method_config = recipe.start_run(ClmDataArguments, DEFAULTS, argv)
     model_args, data_args, _, training_args = parsed
     instruction = bool(data_args.prompt_column or data_args.response_column)
     if instruction and not (data_args.prompt_column and data_args.response_column):
@@ -197,7 +197,7 @@ def main(argv=None):
     # 5. BitFitTrainer: biases (added ones too) of the decoder; the LM head stays frozen (tied embeddings).
     trainer = BitFitTrainer(
         model=model, args=training_args, train_dataset=features.get("train"), eval_dataset=features.get("validation"),
-        processing_class=tokenizer, data_collator=collator, **recipe.trainer_options(model_args, bitfit_config),
+        processing_class=tokenizer, data_collator=collator, **recipe.trainer_options(model_args, method_config),
     )
     recipe.record_run(trainer, parsed)  # the resumed checkpoint checked, then trainable_summary.json, run_args.json
 

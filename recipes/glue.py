@@ -85,8 +85,8 @@ def glue_on_hub(task):
 
 def main(argv=None):
     # 1. Arguments: ModelArguments, GlueDataArguments, BitFitArguments, TrainingArguments.
-    parsed, bitfit_config = recipe.start_run(GlueDataArguments, DEFAULTS, argv)
-    model_args, data_args, _, training_args = parsed  # (BitFit arguments: already in bitfit_config)
+    parsed, method_config = recipe.start_run(GlueDataArguments, DEFAULTS, argv)
+    model_args, data_args, _, training_args = parsed  # (the method arguments: already in method_config)
     task_name = data_args.task_name
     if task_name is None and (data_args.dataset_name or "").split("/")[-1] == "glue":
         task_name = data_args.dataset_config_name  # --dataset_name nyu-mll/glue --dataset_config_name rte
@@ -168,7 +168,7 @@ def main(argv=None):
         data_collator=collator,
         compute_metrics=make_compute_metrics(task, label_spec.is_regression),
         adapter_metadata={"text_columns": [key for key in text_keys if key]},  # one text or a pair: predict checks
-        **recipe.trainer_options(model_args, bitfit_config),
+        **recipe.trainer_options(model_args, method_config),
     )
     recipe.record_run(trainer, parsed)  # the resumed checkpoint checked, then trainable_summary.json, run_args.json
     eval_sets = {"": features.get("validation"), "_mm": features.get("validation_mismatched")}

@@ -71,8 +71,8 @@ DEFAULTS = RecipeDefaults(
 
 def main(argv=None):
     # 1. Arguments: ModelArguments, PosDataArguments, BitFitArguments, TrainingArguments.
-    parsed, bitfit_config = recipe.start_run(PosDataArguments, DEFAULTS, argv)
-    model_args, data_args, _, training_args = parsed  # (BitFit arguments: already in bitfit_config)
+    parsed, method_config = recipe.start_run(PosDataArguments, DEFAULTS, argv)
+    model_args, data_args, _, training_args = parsed  # (the method arguments: already in method_config)
 
     # 2. Data: the offline WSJ sample, a Hub dataset, or word/TAG, CoNLL, csv or json files.
     raw = load_raw_datasets(data_args, model_args, native_reader=read_tagging_native)
@@ -151,7 +151,7 @@ def main(argv=None):
         processing_class=tokenizer,
         data_collator=collator,
         compute_metrics=compute_metrics,
-        **recipe.trainer_options(model_args, bitfit_config),
+        **recipe.trainer_options(model_args, method_config),
     )
     recipe.record_run(trainer, parsed)  # the resumed checkpoint checked, then trainable_summary.json, run_args.json
 

@@ -69,8 +69,8 @@ DEFAULTS = RecipeDefaults(
 
 def main(argv=None):
     # 1. Arguments: ModelArguments, SquadDataArguments, BitFitArguments, TrainingArguments.
-    parsed, bitfit_config = recipe.start_run(SquadDataArguments, DEFAULTS, argv)
-    model_args, data_args, _, training_args = parsed  # (BitFit arguments: already in bitfit_config)
+    parsed, method_config = recipe.start_run(SquadDataArguments, DEFAULTS, argv)
+    model_args, data_args, _, training_args = parsed  # (the method arguments: already in method_config)
     question, context, answers, qid = (data_args.question_column_name, data_args.context_column_name,
                                        data_args.answer_column_name, data_args.id_column_name)
 
@@ -145,7 +145,7 @@ def main(argv=None):
         data_collator=collator,
         post_process_function=post_process,
         compute_answer_metrics=score,
-        **recipe.trainer_options(model_args, bitfit_config),
+        **recipe.trainer_options(model_args, method_config),
     )
     recipe.record_run(trainer, parsed)  # the resumed checkpoint checked, then trainable_summary.json, run_args.json
 

@@ -94,7 +94,7 @@ def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
 
 def test_the_walk_sees_the_whole_package():
     modules = _modules()
-    assert {"bitfit_hf", "bitfit_hf.tuners.bitfit.model", "bitfit_hf.adapters.bank", "bitfit_hf.cli.main"} <= set(modules)
+    assert {"bitfit_hf", "bitfit_hf.tuners.bias.model", "bitfit_hf.adapters.bank", "bitfit_hf.cli.main"} <= set(modules)
     graph = _edges(modules)
     assert "bitfit_hf.adapters.bank" in graph["bitfit_hf.adapters.multitask"]
     assert "bitfit_hf.utils.names" in graph["bitfit_hf.utils.fingerprint"]
@@ -141,13 +141,13 @@ SHARED_TUNER_PACKAGES = {"bitfit_hf.tuners.bias"}  # BitFit's selection: shared 
 
 
 def _method_folders() -> Set[str]:
-    """The packages under tuners/ that hold a registered method's config or apply function (``bitfit``'s live in
-    the shared tuners/bias/; its folder is tuners/bitfit/)."""
+    """The packages under tuners/ that hold a registered method's config or its :class:`Method` class (``bitfit``'s
+    config lives in the shared tuners/bias/)."""
     from bitfit_hf.tuners import METHODS
 
     folders = {"bitfit_hf.tuners.bitfit"}
-    for spec in METHODS.values():
-        for obj in (spec.config_class, spec.apply):
+    for method in METHODS.values():
+        for obj in (method.config_class, type(method)):
             parts = obj.__module__.split(".")
             if parts[:2] == ["bitfit_hf", "tuners"] and len(parts) > 3 and ".".join(parts[:3]) not in SHARED_TUNER_PACKAGES:
                 folders.add(".".join(parts[:3]))
@@ -167,7 +167,7 @@ def test_the_independence_contract_lists_every_method_folder():
 def test_upper_layers_name_no_method_but_through_the_registry():
     """adapters/, reporting/, training/, hub/, cli/, study/, serving/ and recipe_kit/ import no method folder; only
     the package root (public names) does. The recipes' flags of each method come from its folder through the
-    registry (``MethodSpec.recipe``)."""
+    registry (``Method.recipe``)."""
     folders = tuple(_method_folders())
     allowed = {"bitfit_hf"}
     upper = ("adapters", "reporting", "training", "hub", "cli", "study", "serving", "recipe_kit")
@@ -180,9 +180,9 @@ def test_upper_layers_name_no_method_but_through_the_registry():
     assert found == []
 
 
-#: Where recipe_kit may spell a method's name: the learning-rate table (its values are measured per method, and
-#: stay beside the sweep that confirms them) and the default ``--method``.
-RECIPE_KIT_METHOD_NAMES_ALLOWED = {"DEFAULT_LEARNING_RATES", "DEFAULT_METHOD"}
+#: Where recipe_kit may spell a method's name: the default ``--method``. Default learning rates live in the method
+#: folders (``RecipeMethod.default_learning_rate``).
+RECIPE_KIT_METHOD_NAMES_ALLOWED = {"DEFAULT_METHOD"}
 
 
 def _method_names() -> Set[str]:
@@ -206,7 +206,7 @@ def _named_methods(path: Path, names: Set[str]) -> List[str]:
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute):
-            targets = [node.value.func.value]  # DEFAULT_LEARNING_RATES.update({...})
+            targets = [node.value.func.value]  # NAME.update({...})
         if any(isinstance(t, ast.Name) and t.id in RECIPE_KIT_METHOD_NAMES_ALLOWED for t in targets):
             skipped |= {id(n) for n in ast.walk(node)}
     hits = [node for node in ast.walk(tree)
@@ -216,7 +216,7 @@ def _named_methods(path: Path, names: Set[str]) -> List[str]:
 
 def test_the_method_name_finder_finds_a_branch(tmp_path):
     source = tmp_path / "args.py"
-    source.write_text('"""bitfit"""\nDEFAULT_LEARNING_RATES = {"bitfit": 1e-3}\nDEFAULT_LEARNING_RATES.update({"lora": 1})\n'
+    source.write_text('"""bitfit"""\nDEFAULT_METHOD = {"bitfit": 1e-3}\nDEFAULT_METHOD.update({"lora": 1})\n'
                       'def f(method):\n    """lora"""\n    if method in ("lora", "x"):\n        return {"full": 1}[method]\n')
     assert _named_methods(source, {"bitfit", "lora", "full"}) == ["args.py:6: 'lora'", "args.py:7: 'full'"]
 

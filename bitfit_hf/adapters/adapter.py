@@ -35,7 +35,7 @@ from bitfit_hf.adapters.remote import remote_store
 from bitfit_hf.tuners import apply_method, method_spec, released
 from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.tuners.peft_layers import is_wrapped_base_tensor
-from bitfit_hf.tuners.state import get_bitfit_state, trainable_state_dict, unwrap
+from bitfit_hf.tuners.state import get_tuner_state, trainable_state_dict, unwrap
 from bitfit_hf.utils.base_loading import describe_base_loading
 from bitfit_hf.utils.constants import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, __version__
 from bitfit_hf.utils.io import write_bytes_atomic, write_json_atomic, write_text_atomic
@@ -74,7 +74,7 @@ class BitFitAdapter:
         by default the method's ``release`` hook decides what the adapter holds (AdapterBias folds its L0
         gates into ``L_alpha``).
         """
-        state = get_bitfit_state(model)
+        state = get_tuner_state(model)
         if state is None:
             raise AdapterError("This model was not prepared with apply_bitfit() / BitFitTrainer: it has no adapter.")
         if state.config.is_full_finetuning:
@@ -243,7 +243,7 @@ class BitFitAdapter:
             )
         prepare_base_for(inner, cfg)  # modules the tensors live in (AdapterBias's shifts), before any check
         self._check_shapes(inner, before_prepare=True)
-        state = get_bitfit_state(inner)
+        state = get_tuner_state(inner)
         if state is None or state.selection.parameter_names != cfg.trained_parameters:
             state = apply_method(inner, cfg.tuner_config())
         self._check_shapes(inner, before_prepare=False)  # tensors that only the method's modules hold
@@ -284,7 +284,7 @@ class BitFitAdapter:
         spec = _method_spec_of(self.config)
 
         def inserted(name: str) -> bool:  # a tensor of a module the method inserts (or a peft-wrapped base layer)
-            return spec.inserts_modules and (spec.tensor_role is None or spec.tensor_role(name) is not None
+            return spec.inserts_modules and (not spec.supports("tensor_role") or spec.tensor_role(name) is not None
                                              or is_wrapped_base_tensor(name))
         try:
             dense, sparse = sparse_format.split(self.tensors, self.config.sparse_parameters)
@@ -347,7 +347,7 @@ def prepare_base_for(model: nn.Module, config: AdapterConfig) -> None:
             "pooling (its pooler removed, for an adapter trained that way): load it onto a fresh base."
         )
     spec = _method_spec_of(config)
-    if spec.prepare_base is not None:
+    if spec.supports("prepare_base"):
         try:
             with inserted_modules_follow(model):  # the inserted modules take the model's mode
                 spec.prepare_base(model, config.tuner_config())

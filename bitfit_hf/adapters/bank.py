@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from types import MappingProxyType
-from typing import Dict, List, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -180,13 +180,13 @@ class AdapterBank:
         everywhere else (``name`` None, or a task that does not use the method: all off)."""
         settings = self._switched.get(name, {}) if name is not None else {}
         used = {method for task in self._switched.values() for method in task}
-        switches: Dict[object, object] = {}  # methods that share layers (ia3 / bitfit_ia3) share one switch
+        switches: Dict[str, Tuple[object, object]] = {}  # methods of one layer kind (ia3 / bitfit_ia3) share a switch
         for method in sorted(used):
-            switch = method_spec(method).bank_switch
-            if switches.get(switch) is None:
-                switches[switch] = settings.get(method)
-        for switch, task_settings in switches.items():
-            switch(self.model, task_settings)
+            spec = method_spec(method)
+            if switches.get(spec.layer_kind, (None, None))[1] is None:
+                switches[spec.layer_kind] = (spec, settings.get(method))
+        for spec, task_settings in switches.values():
+            spec.bank_switch(self.model, task_settings)
 
     def activate(self, name: str) -> None:
         """Make ``name`` the active task: its biases and head, in place, without touching weights."""
@@ -247,8 +247,6 @@ def _wrapped_modules(name: str, adapter: BitFitAdapter) -> Dict[str, List[str]]:
         spec = method_spec(adapter.config.method)
     except ValueError as err:
         raise AdapterError(f"Adapter {name!r}: {err}") from None
-    if spec.bank_modules is None:
-        return {}
     modules = spec.bank_modules(list(adapter.tensors))
     return {spec.name: modules} if modules else {}
 
@@ -256,10 +254,10 @@ def _wrapped_modules(name: str, adapter: BitFitAdapter) -> Dict[str, List[str]]:
 def _modules_of_other_methods(bank: "AdapterBank", method: str) -> set:
     """Modules that the layers of methods other than ``method`` already wrap in the bank's model."""
     found = set()
-    own = METHODS[method].bank_layers
+    own = METHODS[method].layer_kind
     for other in {m for task in bank._switched.values() for m in task if m != method}:
         spec = METHODS[other]
-        if spec.bank_layers is not None and spec.bank_layers is not own:  # not layers of the same kind
+        if spec.layer_kind != own:  # not layers of the same kind
             found.update(spec.bank_layers(bank.model))
     return found
 

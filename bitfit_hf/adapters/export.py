@@ -22,7 +22,7 @@ from torch import nn
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bias.layer import HOOK
-from bitfit_hf.tuners.state import get_bitfit_state, unwrap
+from bitfit_hf.tuners.state import get_tuner_state, unwrap
 from bitfit_hf.utils.constants import CONFIG_NAME
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.sentence_pooling import sentence_pooling_of
@@ -60,7 +60,7 @@ def export_merged(model: nn.Module, save_directory: str, tokenizer=None) -> str:
     ``save_directory`` is replaced only if it is empty or an earlier merged checkpoint."""
     check_export_target(save_directory, is_merged_checkpoint, "merged checkpoint")
     model = unwrap(model)
-    state = get_bitfit_state(model)
+    state = get_tuner_state(model)
     refusal = method_spec(state.config.method).not_mergeable if state is not None else ""
     if refusal:
         raise AdapterError(f"Cannot export a plain {type(model).__name__} checkpoint: {refusal}. Keep the adapter "
@@ -90,9 +90,10 @@ def export_merged(model: nn.Module, save_directory: str, tokenizer=None) -> str:
                 f"{config.model_type} configs have no switch that creates it. Keep the adapter format."
             )
         setattr(config, flags[0], True)
-    # Methods that insert modules (LoRA, (IA)³) fold them back into stock tensors themselves (MethodSpec.merge).
-    fold = method_spec(state.config.method).merge if state is not None else None
-    merged = fold(state, model) if fold is not None else {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    # Methods that insert modules (LoRA, (IA)³) fold them back into stock tensors themselves (Method.merge).
+    merged = method_spec(state.config.method).merge(state, model) if state is not None else None
+    if merged is None:
+        merged = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
     with torch.device("meta"):
         reference = type(model)(config)
     expected = reference.state_dict()

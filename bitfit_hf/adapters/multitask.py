@@ -8,11 +8,11 @@ every biased module adds to each example's row the bias difference of that examp
 ``[num_tasks, features]`` table by a task-id tensor. The task heads (``classifier``, ``qa_outputs``, ...)
 are applied per task to their own rows, with each task's head tensors, via ``torch.func.functional_call``.
 
-A method whose own tensors route per example the same way gives a router (``MethodSpec.batch_router``): (IA)³
+A method whose own tensors route per example the same way gives a router (``Method.batch_router``): (IA)³
 scaling vectors multiply each example's key / value output or FFN input by its task's vector, picked from a
 ``[num_tasks, features]`` table as the biases are (a task without a vector there gets ones), so (IA)³ and
 BitFit + (IA)³ tasks mix with BitFit tasks in one batch. Methods whose tensors change weights (LoRA, the random
-baselines) or add token-dependent shifts (AdapterBias) are refused with the reason (``MethodSpec.not_batchable``).
+baselines) or add token-dependent shifts (AdapterBias) are refused with the reason (``Method.not_batchable``).
 
 Example::
 
@@ -164,16 +164,18 @@ class MultiTaskModel(nn.Module):
         self._head_modules = {h: modules[h] for h in heads}
 
     def _build_routers(self) -> set:
-        """One router per method hook (MethodSpec.batch_router) for the served tasks' own tensors ((IA)³ vectors,
+        """One router per layer kind (Method.batch_router) for the served tasks' own tensors ((IA)³ vectors,
         routed per example); returns the names of the tensors they route."""
-        by_hook: Dict[object, List[str]] = {}
+        by_kind: Dict[str, List[str]] = {}  # layer kind -> its methods: ia3 and bitfit_ia3 share one router
+        router_of = {}
         for task in self.tasks:
             spec = method_spec(self.bank.adapters[task].config.method)
-            if spec.batch_router is not None:
-                by_hook.setdefault(spec.batch_router, []).append(spec.name)
+            if spec.supports("batch_router"):
+                by_kind.setdefault(spec.layer_kind or spec.name, []).append(spec.name)
+                router_of.setdefault(spec.layer_kind or spec.name, spec.batch_router)
         self._routers = []
         routed = set()
-        for hook, methods in by_hook.items():
+        for kind, methods in by_kind.items():
             rows = []
             for task in self.tasks:
                 method = self.bank.adapters[task].config.method
@@ -182,7 +184,7 @@ class MultiTaskModel(nn.Module):
                 routed.update(own)
                 rows.append(own)
             rows.append({})  # BASE_TASK: the stock model
-            self._routers.append(hook(self.model, rows))
+            self._routers.append(router_of[kind](self.model, rows))
         return routed
 
     def _served_heads(self) -> List[str]:

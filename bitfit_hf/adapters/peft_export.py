@@ -8,7 +8,7 @@ The mapping (written by peft's own ``save_pretrained``, so the format is peft's 
   module in ``modules_to_save`` (saved whole: its weight travels along, unchanged);
 * the task head -> ``modules_to_save``.
 
-A method whose tensors are a peft tuner's own ((IA)³: ``MethodSpec.peft_export`` is a callable) exports that tuner
+A method whose tensors are a peft tuner's own ((IA)³: it overrides ``Method.peft_model``) exports that tuner
 instead: the hook builds the ``peft.PeftModel``, the head and trained norms go to ``modules_to_save``, and a
 trained bias of any other module is refused (one tuner type per PEFT adapter).
 
@@ -54,9 +54,9 @@ class PeftPlan:
 
 
 def _method_refusal(method: str) -> str:
-    """Why an adapter of ``method`` has no PEFT export ("" when its MethodSpec names one)."""
+    """Why an adapter of ``method`` has no PEFT export ("" when it has one: BEFT, or a peft tuner of its own)."""
     spec = METHODS.get(method)
-    if spec is not None and spec.peft_export is not None:
+    if spec is not None and (spec.beft_export or spec.supports("peft_model")):
         return ""
     what = f" ({spec.description})" if spec is not None and spec.description else ""
     if spec is not None and spec.peft_refusal:
@@ -67,17 +67,17 @@ def _method_refusal(method: str) -> str:
 
 def _is_beft(method: str) -> bool:
     spec = METHODS.get(method)
-    return spec is not None and spec.peft_export == "beft"
+    return spec is not None and spec.beft_export
 
 
 def _own_tuner(method: str):
-    """The method's PEFT export hook when it writes a tuner of its own (``MethodSpec.peft_export`` callable)."""
+    """The method's PEFT export hook when it writes a tuner of its own (``Method.peft_model``)."""
     spec = METHODS.get(method)
-    return spec.peft_export if spec is not None and callable(spec.peft_export) else None
+    return spec.peft_model if spec is not None and spec.supports("peft_model") else None
 
 
 def own_tuner_plan(adapter: BitFitAdapter, model: nn.Module) -> PeftPlan:
-    """The layout of an adapter whose method exports its own peft tuner (``MethodSpec.peft_export`` callable): the
+    """The layout of an adapter whose method exports its own peft tuner (``Method.peft_model``): the
     method's tensors go to the tuner, the head and trained norms to ``modules_to_save``. A trained bias of any
     other module is a :class:`PeftExportError`: a PEFT adapter holds one tuner type, and ``modules_to_save`` would
     ship that module's whole weight matrix."""

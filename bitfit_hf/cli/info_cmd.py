@@ -73,7 +73,7 @@ def method_text(adapter) -> str:
                 f"bitfit {terms}" + (f"; random_seed {seed}" if seed is not None else "") + ")")
     from bitfit_hf.tuners import describe_method
 
-    return describe_method(cfg)  # the method's own line (MethodSpec.describe), else "<--method> (<bias terms>)"
+    return describe_method(cfg)  # the method's own line (Method.describe), else "<--method> (<bias terms>)"
 
 
 def card_metrics(folder: str) -> Dict[str, float]:

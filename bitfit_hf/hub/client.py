@@ -288,9 +288,9 @@ def push_adapter_to_hub(
     if source_dir is not None:
         adapter = BitFitAdapter.from_directory(source_dir)
     elif not isinstance(adapter, BitFitAdapter):
-        from bitfit_hf.tuners.state import get_bitfit_state
+        from bitfit_hf.tuners.state import get_tuner_state
 
-        state = get_bitfit_state(adapter)
+        state = get_tuner_state(adapter)
         model_summary = state.summary.to_dict() if state is not None else None
         adapter = BitFitAdapter.from_model(adapter)
     publish = publishable_adapter(adapter, base_model)

@@ -23,10 +23,10 @@ logger = logging.getLogger("bitfit_hf")
 
 
 class HubPushMixin:
-    """Mixed into :class:`~bitfit_hf.BitFitTrainer` (needs its ``bitfit_config`` and ``bitfit_state``)."""
+    """Mixed into :class:`~bitfit_hf.BitFitTrainer` (needs its ``method_config`` and ``tuner_state``)."""
 
     def _hub_full_model(self) -> bool:
-        return self.bitfit_config.save_full_model or self.bitfit_config.is_full_finetuning
+        return self.method_config.save_full_model or self.method_config.is_full_finetuning
 
     def init_hf_repo(self, token: Optional[str] = None, private: Optional[bool] = None) -> None:
         """Create ``args.hub_model_id`` (or the output folder's name) if needed, with clear errors."""
@@ -131,7 +131,7 @@ class HubPushMixin:
         call = dict(repo_id=self.hub_model_id or self.args.hub_model_id, token=token, private=private,
                     revision=revision, commit_message=commit_message,
                     bias_change=BiasChange.load(change) if os.path.isfile(change) else None,
-                    summary=self.bitfit_state.summary.to_dict(), model_card=model_card,
+                    summary=self.tuner_state.summary.to_dict(), model_card=model_card,
                     peft=os.path.join(folder, PEFT_SUBFOLDER), **kwargs)
         if blocking:
             return push_adapter_to_hub(adapter, **call)
@@ -151,7 +151,7 @@ class HubPushMixin:
             results.update(read_eval_results(self.args.output_dir))
         first = lambda value: value[0] if isinstance(value, (list, tuple)) and value else value  # noqa: E731
         tags = [tags] if isinstance(tags, str) else list(tags or [])
-        cfg = self.bitfit_config
+        cfg = self.method_config
         extra = {**{k: v for k, v in cfg.to_dict().items() if k.endswith("learning_rate")},  # every method's rates
                  "total_train_batch_size": self.args.train_batch_size * self.args.gradient_accumulation_steps
                  * max(1, self.args.world_size)}
@@ -176,11 +176,11 @@ def _log_push_failure(future) -> None:
 
 
 class BitFitTrainer(HubPushMixin, BitFitTrainerBase):
-    """A ``Trainer`` for BitFit: construct it exactly like ``Trainer``.
+    """A ``Trainer`` for BitFit and every registered method: construct it exactly like ``Trainer``.
 
-    With no BitFit argument it trains every bias plus the task head. ``bitfit_config`` picks a preset,
-    roles or patterns and per-group learning rates. ``base_model_name_or_path`` /
+    With no ``method_config`` it trains every bias plus the task head (BitFit); ``method_config`` is any method's
+    config (``bitfit_config`` is its deprecated name). ``base_model_name_or_path`` /
     ``base_model_revision`` are recorded in the saved adapter (default: the model's ``_name_or_path``).
-    ``save_model`` writes the bias-only adapter unless ``bitfit_config.save_full_model`` is set;
+    ``save_model`` writes the adapter unless ``method_config.save_full_model`` is set;
     ``push_to_hub`` publishes that adapter and its model card.
     """

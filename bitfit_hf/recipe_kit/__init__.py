@@ -15,10 +15,7 @@ Task-specific preprocessing and post-processing live in :mod:`bitfit_hf.recipe_k
 
 from bitfit_hf.data.offline import OFFLINE_DATASETS, load_offline_dataset
 from bitfit_hf.recipe_kit.args import (
-    DEFAULT_LEARNING_RATES,
     DEFAULT_MODEL_ID,
-    METHODS,
-    BitFitArguments,
     DataArguments,
     ModelArguments,
     ParsedArgs,
@@ -30,11 +27,8 @@ from bitfit_hf.recipe_kit.data import load_raw_datasets
 from bitfit_hf.recipe_kit.errors import RecipeError
 
 __all__ = [
-    "DEFAULT_LEARNING_RATES",
     "DEFAULT_MODEL_ID",
-    "METHODS",
     "OFFLINE_DATASETS",
-    "BitFitArguments",
     "DataArguments",
     "ModelArguments",
     "ParsedArgs",
@@ -45,3 +39,14 @@ __all__ = [
     "load_raw_datasets",
     "parse_recipe_args",
 ]
+
+#: Computed from the method registry on access (a method registered later appears), so read through ``args``.
+_FROM_REGISTRY = ("DEFAULT_LEARNING_RATES", "METHODS", "BitFitArguments")
+
+
+def __getattr__(name: str):
+    if name in _FROM_REGISTRY:
+        from bitfit_hf.recipe_kit import args
+
+        return getattr(args, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

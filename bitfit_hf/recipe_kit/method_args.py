@@ -1,5 +1,5 @@
 """The recipes' method flags (``BitFitArguments``): ``--method``, the flags every method sees (BitFit's selection,
-the head, the rates) and each method's own flags, composed from the methods' declarations (``MethodSpec.recipe``,
+the head, the rates) and each method's own flags, composed from the methods' declarations (``Method.recipe``,
 ``tuners/<method>/recipe.py``).
 
 Nothing here names a method: a method's flags given to another method are refused naming the methods that declare

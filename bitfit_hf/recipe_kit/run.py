@@ -120,7 +120,7 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     log what the run will do, check ``--method`` / ``--bias_terms`` and ``--output_dir`` (an earlier run's
     outputs are refused, :mod:`bitfit_hf.recipe_kit.output_dir`) before anything is loaded, take the output
     folder's lock, and seed.
-    Returns ``(parsed, bitfit_config)``; ``parsed`` unpacks to model, data, BitFit and training arguments."""
+    Returns ``(parsed, method_config)``; ``parsed`` unpacks to model, data, BitFit and training arguments."""
     from transformers import set_seed
 
     from bitfit_hf.recipe_kit.loading import check_base_loading
@@ -132,29 +132,29 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     check_base_loading(parsed.model)  # --load_in_4bit on a CPU fails here, before any loading
     setup_logging(parsed.training)
     use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread
-    bitfit_config = parsed.bitfit.bitfit_config()
-    check_frozen_dtype(parsed.training, bitfit_config)
-    log_run_header(parsed, defaults.recipe, bitfit_config)
+    method_config = parsed.bitfit.bitfit_config()
+    check_frozen_dtype(parsed.training, method_config)
+    log_run_header(parsed, defaults.recipe, method_config)
     check_output_dir(parsed.training)  # an earlier run's outputs: refused before anything is loaded or written
-    check_resume_target(parsed, bitfit_config)  # a checkpoint of another method or selection: refused here too
-    check_adapter_target(parsed, bitfit_config)  # so is training on from an adapter of another method
+    check_resume_target(parsed, method_config)  # a checkpoint of another method or selection: refused here too
+    check_adapter_target(parsed, method_config)  # so is training on from an adapter of another method
     # _bitfit_run.lock: no other live run writes here (released by finish_run). Every process has checked the
     # folder before the one that saves goes on (a barrier under a multi-process launch).
     with parsed.training.main_process_first(local=not parsed.training.save_on_each_node, desc="claiming --output_dir"):
         claim_output_dir(parsed.training)
     fetch_default_assets(parsed, defaults.default_model_asset)
     set_seed(parsed.training.seed)
-    return parsed, bitfit_config
+    return parsed, method_config
 
 
-def check_frozen_dtype(training_args, bitfit_config) -> None:
+def check_frozen_dtype(training_args, method_config) -> None:
     """``--frozen_dtype bfloat16`` where it cannot work (no --bf16, --method full, --save_full_model, DeepSpeed /
     FSDP): refused before anything loads; ``auto`` is decided by ``BitFitTrainer`` once the device is known."""
     from bitfit_hf.training.frozen_dtype import resolve_frozen_dtype
 
     choice = getattr(training_args, "frozen_dtype", None)
     if choice not in (None, "auto"):
-        resolve_frozen_dtype(choice, training_args, bitfit_config, model=None)
+        resolve_frozen_dtype(choice, training_args, method_config, model=None)
 
 
 # --------------------------------------------------------------------------- assets
@@ -246,17 +246,17 @@ def _resume_checkpoint(training_args) -> Optional[Any]:
     return value
 
 
-def check_resume_target(parsed: ParsedArgs, bitfit_config) -> None:
+def check_resume_target(parsed: ParsedArgs, method_config) -> None:
     """Before anything is loaded: the checkpoint ``--resume_from_checkpoint`` names exists, is complete and was
     trained with this run's ``--method`` and selection (an error naming both otherwise)."""
     training = parsed.training
     value = _resume_value(training)
     if value is None or not training.do_train:
         return
-    check_resume_config(resolve_resume_checkpoint(value, training.output_dir), bitfit_config)
+    check_resume_config(resolve_resume_checkpoint(value, training.output_dir), method_config)
 
 
-def check_adapter_target(parsed: ParsedArgs, bitfit_config) -> None:
+def check_adapter_target(parsed: ParsedArgs, method_config) -> None:
     """Before the model loads: training on from ``--adapter_name_or_path`` needs the adapter's method and
     selection (another one would train a new selection over the loaded tensors and save an adapter without
     them); evaluating or predicting with it needs nothing more."""
@@ -266,7 +266,7 @@ def check_adapter_target(parsed: ParsedArgs, bitfit_config) -> None:
     from bitfit_hf.adapters.adapter import BitFitAdapter
 
     recorded = BitFitAdapter.from_pretrained(model_args.adapter_name_or_path).config
-    check_same_training(recorded, bitfit_config, f"--adapter_name_or_path {model_args.adapter_name_or_path!r}",
+    check_same_training(recorded, method_config, f"--adapter_name_or_path {model_args.adapter_name_or_path!r}",
                         advice="Train on with the adapter's --method and flags, or leave --adapter_name_or_path out to "
                                "start afresh.", error=RecipeError)
 
@@ -283,11 +283,11 @@ def record_run(trainer, parsed: ParsedArgs) -> None:
     write_run_args(parsed, training.output_dir)
 
 
-def trainer_options(model_args, bitfit_config) -> Dict[str, Any]:
+def trainer_options(model_args, method_config) -> Dict[str, Any]:
     """The ``BitFitTrainer`` arguments every recipe passes: what to train, and the base model (id and
     revision) that the saved adapter names, so it can be pulled back onto a stock model."""
     return {
-        "bitfit_config": bitfit_config,
+        "method_config": method_config,
         "base_model_name_or_path": model_args.base_model_name_or_path,
         "base_model_revision": None if model_args.model_revision == "main" else model_args.model_revision,
     }
@@ -390,7 +390,7 @@ def write_trainable_summary(trainer, output_dir: str) -> None:
     """``trainable_summary.json`` for every method (the adapter save writes it for BitFit too)."""
     if not trainer.is_world_process_zero():
         return
-    summary = trainer.bitfit_state.summary
+    summary = trainer.tuner_state.summary
     os.makedirs(output_dir, exist_ok=True)
     write_json_atomic(os.path.join(output_dir, SUMMARY_NAME), summary.to_dict())
 

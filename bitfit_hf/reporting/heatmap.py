@@ -294,9 +294,9 @@ def snapshot_biases(model: nn.Module, names: Optional[Iterable[str]] = None) -> 
 
 def _base_tensors(base, names: List[str], cfg: AdapterConfig) -> Dict[str, torch.Tensor]:
     if isinstance(base, nn.Module):
-        from bitfit_hf.tuners.state import get_bitfit_state, unwrap
+        from bitfit_hf.tuners.state import get_tuner_state, unwrap
 
-        if get_bitfit_state(base) is not None:
+        if get_tuner_state(base) is not None:
             logger.warning("The base model given for the bias change was prepared with apply_bitfit: "
                            "if it was trained, its biases are not the pretrained ones.")
         params = dict(unwrap(base).named_parameters())

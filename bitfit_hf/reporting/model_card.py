@@ -17,7 +17,7 @@ files from :mod:`bitfit_hf.reporting.bias_change_files`; this module builds and 
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import importlib.resources
 import os
 import re
@@ -481,9 +481,10 @@ def _method(cfg: AdapterConfig):
         return None
     if not spec.display_name:
         return None
-    variant = spec.card_variant(cfg.tuner_config()) if spec.card_variant else None
+    variant = spec.card_variant(cfg.tuner_config())
     if variant is not None:
-        spec = dataclasses.replace(spec, display_name=variant[0], description=variant[1])
+        spec = copy.copy(spec)
+        spec.display_name, spec.description = variant
     return spec
 
 

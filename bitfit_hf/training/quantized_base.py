@@ -4,7 +4,7 @@
 and the only adapters it recognises are PEFT's (the ``_hf_peft_config_loaded`` flag that transformers'
 PEFT integration sets on the model). That guard exists because gradients cannot flow into quantized
 weights; BitFit never asks them to: its trained biases are float32 parameters next to the frozen
-weights (:mod:`bitfit_hf.tuners.quantized`), i.e. they are the attached adapter. So, for the length of
+weights (:mod:`bitfit_hf.tuners.bias.quantized`), i.e. they are the attached adapter. So, for the length of
 ``Trainer.__init__`` only, the model carries that flag; it is restored afterwards so nothing else
 (saving, ``model.save_pretrained``) takes the model for a PEFT one.
 """

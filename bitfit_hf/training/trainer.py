@@ -8,6 +8,7 @@ import inspect
 import logging
 import os
 import re
+import warnings
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -30,14 +31,10 @@ from bitfit_hf.training.checkpoints import (
     mark_complete,
     resolve_resume_checkpoint,
 )
-from bitfit_hf.training.distributed import (
-    check_trainer_launch,
-    is_deepspeed_dummy_optimizer,
-    keep_bitfit_groups_in_deepspeed_optimizer,
-    reset_evaluation_wrapping,
-    zero12_evaluation_before_training,
-)
+from bitfit_hf.training.deepspeed_groups import is_deepspeed_dummy_optimizer, keep_bitfit_groups_in_deepspeed_optimizer
+from bitfit_hf.training.eval_wrapping import reset_evaluation_wrapping, zero12_evaluation_before_training
 from bitfit_hf.training.frozen_dtype import cast_frozen_weights, resolve_frozen_dtype
+from bitfit_hf.training.launch_checks import check_trainer_launch
 from bitfit_hf.training.optim import (
     compact_sparse_state,
     foreach_on_cpu,
@@ -48,9 +45,8 @@ from bitfit_hf.training.optim import (
 from bitfit_hf.training.pooling_head import apply_pooling_head, pooling_already_decided
 from bitfit_hf.training.quantized_base import biases_count_as_adapter
 from bitfit_hf.tuners import apply_method, method_label, training_penalty
-from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.tuners.errors import SelectionError
-from bitfit_hf.tuners.state import adapter_parameter_names, get_bitfit_state, unwrap
+from bitfit_hf.tuners.state import adapter_parameter_names, get_tuner_state, unwrap
 from bitfit_hf.utils.constants import BIAS_CHANGE_JSON, SUMMARY_NAME, WEIGHTS_NAME
 from bitfit_hf.utils.io import write_json_atomic
 from bitfit_hf.utils.secrets import protect_secret_fields
@@ -81,13 +77,14 @@ class BitFitTrainerBase(Trainer):
     """Everything of :class:`bitfit_hf.BitFitTrainer` except Hub publishing (which the Hub layer adds
     on top): construct it exactly like ``Trainer``.
 
-    With no BitFit argument it trains every bias plus the task head. ``bitfit_config`` picks a preset,
-    roles or patterns and per-group learning rates. ``base_model_name_or_path`` /
+    With no ``method_config`` it trains every bias plus the task head (BitFit). ``method_config`` is any registered
+    method's config (:class:`~bitfit_hf.BitFitConfig`: a preset, roles or patterns and per-group learning rates;
+    ``BitFitLoraConfig``, ``AdapterBiasConfig``, ...); ``bitfit_config`` is its deprecated name. ``base_model_name_or_path`` /
     ``base_model_revision`` are recorded in the saved adapter (default: the model's ``_name_or_path``), and
     ``adapter_metadata`` in its metadata (the glue recipe's ``text_columns``, which ``bitfit-hf predict`` checks
     its inputs against). ``pooling_head`` says how a sequence classifier on a sentence-transformers checkpoint
     gets its sentence vector (:mod:`bitfit_hf.training.pooling_head`: its own pooling by default).
-    ``save_model`` writes the bias-only adapter unless ``bitfit_config.save_full_model`` is set.
+    ``save_model`` writes the adapter (the trained tensors) unless ``method_config.save_full_model`` is set.
     ``frozen_dtype`` (``"float32"``, ``"bfloat16"``, ``"auto"``; default: ``args.frozen_dtype`` where the
     arguments have one, as the recipes' do, else float32) stores the frozen Linear weights in bf16 under
     ``bf16=True``: see :mod:`bitfit_hf.training.frozen_dtype`. ``drop_last_train_batch`` (default:
@@ -100,7 +97,7 @@ class BitFitTrainerBase(Trainer):
         model: Optional[nn.Module] = None,
         args=None,
         *trainer_args,
-        bitfit_config: Optional[BitFitConfig] = None,
+        method_config: Optional[Any] = None,
         base_model_name_or_path: Optional[str] = None,
         base_model_revision: Optional[str] = None,
         adapter_metadata: Optional[Dict[str, Any]] = None,
@@ -109,21 +106,27 @@ class BitFitTrainerBase(Trainer):
         drop_last_train_batch: Optional[bool] = None,
         **trainer_kwargs,
     ):
+        if "bitfit_config" in trainer_kwargs:
+            if method_config is not None:
+                raise TypeError("BitFitTrainer got both method_config= and its deprecated name bitfit_config=.")
+            warnings.warn("BitFitTrainer(bitfit_config=...) is deprecated: pass method_config= (any method's config).",
+                          FutureWarning, stacklevel=2)
+            method_config = trainer_kwargs.pop("bitfit_config")
         if model is None:
             raise ValueError("BitFitTrainer needs `model=`; model_init is not supported.")
-        state = get_bitfit_state(model)
+        state = get_tuner_state(model)
         if state is None and not pooling_already_decided(model):  # the recipes decide when they load
             source = base_model_name_or_path or getattr(getattr(model, "config", None), "_name_or_path", None)
             apply_pooling_head(model, source, pooling_head, revision=base_model_revision)
-        if state is None or (bitfit_config is not None and bitfit_config != state.config):
-            state = apply_method(model, bitfit_config)
+        if state is None or (method_config is not None and method_config != state.config):
+            state = apply_method(model, method_config)
         if state.selection.trainable_numel == 0:
             raise SelectionError(
-                "Nothing is trainable: the BitFit selection "
+                f"Nothing is trainable: the {method_label(state.config)} selection "
                 f"(bias_terms={state.config.bias_terms}, train_head={state.config.train_head}) is empty. "
                 "Select bias terms, or keep train_head=True on a model with a task head."
             )
-        self.bitfit_state = state
+        self.tuner_state = state
         self.base_model_name_or_path = base_model_name_or_path
         self.base_model_revision = base_model_revision
         self.adapter_metadata = dict(adapter_metadata or {})  # recorded in every adapter saved (text_columns, ...)
@@ -170,28 +173,47 @@ class BitFitTrainerBase(Trainer):
             unwrap(self.model).enable_input_require_grads()
 
     @property
-    def bitfit_config(self) -> BitFitConfig:
-        return self.bitfit_state.config
+    def method_config(self) -> Any:
+        """The config of the method being trained (the state's)."""
+        return self.tuner_state.config
+
+    @property
+    def bitfit_config(self) -> Any:
+        """Deprecated name of :attr:`method_config`."""
+        warnings.warn("BitFitTrainer.bitfit_config is deprecated: use method_config.", FutureWarning, stacklevel=2)
+        return self.method_config
+
+    @property
+    def bitfit_state(self):
+        """Deprecated name of :attr:`tuner_state`."""
+        warnings.warn("BitFitTrainer.bitfit_state is deprecated: use tuner_state.", FutureWarning, stacklevel=2)
+        return self.tuner_state
+
+    def trained_parameter_groups(self, model: nn.Module) -> List[Dict[str, Any]]:
+        """Optimizer groups of the selection (see :func:`bitfit_hf.training.optim.parameter_groups`)."""
+        return parameter_groups(model, self.tuner_state, self.args.learning_rate, self.args.weight_decay,
+                                self.get_decay_parameter_names(model))
 
     def bitfit_parameter_groups(self, model: nn.Module) -> List[Dict[str, Any]]:
-        """Optimizer groups of the selection (see :func:`bitfit_hf.training.optim.parameter_groups`)."""
-        return parameter_groups(model, self.bitfit_state, self.args.learning_rate, self.args.weight_decay,
-                                self.get_decay_parameter_names(model))
+        """Deprecated name of :meth:`trained_parameter_groups`."""
+        warnings.warn("BitFitTrainer.bitfit_parameter_groups is deprecated: use trained_parameter_groups.",
+                      FutureWarning, stacklevel=2)
+        return self.trained_parameter_groups(model)
 
     def create_optimizer(self, model=None):
         optimizer = self._create_bitfit_optimizer(model)
         # Methods that train some entries of a tensor; DeepSpeed steps flat copies instead (there the
         # gradient masks and zero-decay groups keep those entries).
         if not self.is_deepspeed_enabled and not is_deepspeed_dummy_optimizer(optimizer):
-            keep_untrained_entries(optimizer, self.model, self.bitfit_state)
-            compact_sparse_state(optimizer, self.model, self.bitfit_state)  # optimizer.pt: trained entries only
+            keep_untrained_entries(optimizer, self.model, self.tuner_state)
+            compact_sparse_state(optimizer, self.model, self.tuner_state)  # optimizer.pt: trained entries only
         return optimizer
 
     def _create_bitfit_optimizer(self, model=None):
-        if is_deepspeed_dummy_optimizer(self.optimizer) and not self.bitfit_config.is_full_finetuning:
+        if is_deepspeed_dummy_optimizer(self.optimizer) and not self.method_config.is_full_finetuning:
             # The DeepSpeed config has an "optimizer" block: DeepSpeed builds it, over BitFit's groups.
             return keep_bitfit_groups_in_deepspeed_optimizer(self, self.optimizer)
-        if self.optimizer is not None or self.bitfit_config.is_full_finetuning:
+        if self.optimizer is not None or self.method_config.is_full_finetuning:
             return super().create_optimizer(model) if self.optimizer is None else self.optimizer
         opt_model = self.model if model is None else model
         if self.optimizer_cls_and_kwargs is not None:
@@ -203,7 +225,7 @@ class BitFitTrainerBase(Trainer):
             # GaLore / LOMO / layer-wise / factory optimizers build their own groups from requires_grad.
             return super().create_optimizer(model)
         optimizer_kwargs.pop("lr", None)  # each group carries its own
-        groups = self.bitfit_parameter_groups(opt_model)
+        groups = self.trained_parameter_groups(opt_model)
         if self.optimizer_cls_and_kwargs is None:  # --optim's choice: fused stays fused on a GPU
             optimizer_kwargs = foreach_on_cpu(optimizer_kwargs, groups)
         self.optimizer = optimizer_cls(without_names(groups), **optimizer_kwargs)
@@ -217,7 +239,7 @@ class BitFitTrainerBase(Trainer):
         if resume_from_checkpoint is not None:
             self.check_resume(resume_from_checkpoint)  # before anything of it is loaded
         if not self._summary_logged and self.is_world_process_zero():
-            logger.info("BitFit trainable parameters:\n%s", self.bitfit_state.summary)
+            logger.info("Trainable parameters (%s):\n%s", method_label(self.method_config), self.tuner_state.summary)
             self._summary_logged = True
         reset_evaluation_wrapping(self)  # evaluate() before train() left the model unwrappable (DDP) / an inference engine
         # training_step filters non-finite losses on the device: the loop's own check (a host read) is off meanwhile
@@ -270,11 +292,11 @@ class BitFitTrainerBase(Trainer):
         """The checkpoint belongs to this run, or a clear error before anything changes: the same method and
         selection (:func:`~bitfit_hf.training.checkpoints.check_resume_config`, naming both), and an adapter
         checkpoint's trained tensors and base are this model's (another base is a ``BaseModelMismatchError``)."""
-        check_resume_config(checkpoint, self.bitfit_config)
+        check_resume_config(checkpoint, self.method_config)
         if not os.path.isfile(os.path.join(checkpoint, WEIGHTS_NAME)):
             return
         cfg = BitFitAdapter.from_directory(checkpoint).config
-        selected = self.bitfit_state.selection.parameter_names
+        selected = self.tuner_state.selection.parameter_names
         if cfg.trained_parameters != selected:
             missing = [n for n in cfg.trained_parameters if n not in set(selected)]
             extra = [n for n in selected if n not in set(cfg.trained_parameters)]
@@ -284,13 +306,13 @@ class BitFitTrainerBase(Trainer):
                 f"{cfg.architecture} ({cfg.base_model_name_or_path}). Resume it with the model and flags it was "
                 "trained with, or start afresh."
             )
-        check_same_base(cfg, self.bitfit_state, unwrap(self.model))
+        check_same_base(cfg, self.tuner_state, unwrap(self.model))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """``Trainer``'s loss plus the method's penalty in training (MethodSpec.penalty: AdapterBias's L0 term),
+        """``Trainer``'s loss plus the method's penalty in training (Method.penalty: AdapterBias's L0 term),
         counted once per optimizer step whatever the gradient accumulation."""
         result = super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
-        penalty = training_penalty(unwrap(model), self.bitfit_state) if model.training else None
+        penalty = training_penalty(unwrap(model), self.tuner_state) if model.training else None
         if penalty is None:
             return result
         scaled = getattr(self, "loss_is_scaled_for_ga", None)
@@ -314,7 +336,7 @@ class BitFitTrainerBase(Trainer):
         """The adapter's tensors, gathered under ZeRO-3 (collective: call on every rank)."""
         model = unwrap(self.model)
         params = dict(model.named_parameters())
-        names = adapter_parameter_names(model, self.bitfit_state)
+        names = adapter_parameter_names(model, self.tuner_state)
         with gathered([params[n] for n in names]):
             return {n: params[n].detach().to("cpu", copy=True).contiguous() for n in names}
 
@@ -334,18 +356,18 @@ class BitFitTrainerBase(Trainer):
         )
 
     def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
-        if self.bitfit_config.save_full_model or self.bitfit_config.is_full_finetuning:
+        if self.method_config.save_full_model or self.method_config.is_full_finetuning:
             return super().save_model(output_dir, _internal_call)
         output_dir = output_dir or self.args.output_dir
         tensors = self.adapter_tensors()
         if self.args.should_save:
             adapter = self.build_adapter(tensors)
             adapter.save_pretrained(output_dir)
-            write_json_atomic(os.path.join(output_dir, SUMMARY_NAME), self.bitfit_state.summary.to_dict())
+            write_json_atomic(os.path.join(output_dir, SUMMARY_NAME), self.tuner_state.summary.to_dict())
             _write_bias_change(output_dir, self._base_biases, adapter)
             if self.processing_class is not None:
                 self.processing_class.save_pretrained(output_dir)
-            logger.info("Saved the %s adapter (%d tensors) to %s", method_label(self.bitfit_config), len(tensors), output_dir)
+            logger.info("Saved the %s adapter (%d tensors) to %s", method_label(self.method_config), len(tensors), output_dir)
         if self.args.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 

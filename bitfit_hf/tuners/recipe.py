@@ -3,8 +3,8 @@
 A method folder declares, in its ``recipe.py``, one :class:`RecipeMethod` per ``--method`` name it answers to
 (the ``bitfit`` folder also answers to ``full`` and ``frozen``, ``bitfit_lora`` to ``lora``): a plain dataclass of
 its own flags (``HfArgumentParser`` fields with their help texts) and ``build(common, own)``, which makes its config
-from the flags every method sees (:class:`CommonFlags`) and its own. The registry line exposes them
-(``MethodSpec.recipe``). ``recipe_kit/args.py`` composes every method's flags into the recipes'
+from the flags every method sees (:class:`CommonFlags`) and its own. The method's registration exposes them
+(``Method.recipe``). ``recipe_kit/args.py`` composes every method's flags into the recipes'
 ``BitFitArguments``, refuses a method's flags given to another method (naming the methods that take them) and names
 no method itself.
 
@@ -71,8 +71,8 @@ class RecipeMethod:
         refuse: ``common flags -> None``: refuses (:class:`FlagRefused`) common flags in its own words, before the
             generic refusal of ``--bias_terms``.
         hint: a sentence said after the generic refusal of ``--bias_terms`` to this method.
-        default_learning_rate: the learning rate without ``--learning_rate``, where the recipes' table
-            (``recipe_kit.args.DEFAULT_LEARNING_RATES``) has no row for it.
+        default_learning_rate: the learning rate without ``--learning_rate`` (the recipes'
+            ``DEFAULT_LEARNING_RATES`` is read from these).
         learning_rate_like: the ``--method`` whose recipe-specific offline learning rate it follows when the recipe
             gives none for it (the random baselines follow ``bitfit``); ``""``: its own only.
         output_suffix: ``(own boolean flag, suffix)`` pairs: the flag set keeps a run's default output folder apart

@@ -8,6 +8,7 @@ format and the reports read it back with :func:`get_tuner_state`, whatever the m
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -138,13 +139,15 @@ def set_tuner_state(model: nn.Module, state: TunerState) -> None:
 
 
 def get_bitfit_state(model: nn.Module) -> Optional[TunerState]:
-    """The state of a model prepared by any method (the name predates the other methods), or ``None``."""
+    """Deprecated alias of :func:`get_tuner_state`."""
+    warnings.warn("get_bitfit_state is deprecated: use get_tuner_state (the state of whichever method prepared the "
+                  "model).", FutureWarning, stacklevel=2)
     return get_tuner_state(model)
 
 
 def trainable_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
-    """The tensors a BitFit adapter carries: every selected tensor plus the head, detached, on CPU."""
-    state = get_bitfit_state(model)
+    """The tensors an adapter carries: every selected tensor plus the head, detached, on CPU."""
+    state = get_tuner_state(model)
     if state is None:
         raise ValueError("This model was not prepared with a bitfit-hf method (apply_method / apply_bitfit); there is no selection to save.")
     params = dict(unwrap(model).named_parameters())

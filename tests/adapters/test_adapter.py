@@ -38,7 +38,7 @@ def train_minilm(minilm_dir, out, num_labels=2, bias_terms="all", seed=0, steps=
     data = Dataset.from_dict({**enc, "labels": [i % num_labels for i in range(len(TEXTS))]})
     args = T.TrainingArguments(str(out), max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-2, report_to=[],
                                use_cpu=True, save_strategy="no", disable_tqdm=True, seed=seed)
-    trainer = BitFitTrainer(model, args, train_dataset=data, bitfit_config=BitFitConfig(bias_terms),
+    trainer = BitFitTrainer(model, args, train_dataset=data, method_config=BitFitConfig(bias_terms),
                             base_model_name_or_path="sentence-transformers/all-MiniLM-L6-v2")
     trainer.train()
     trainer.save_model()

@@ -59,7 +59,7 @@ def trained(request, minilm_dir, tmp_path_factory):
     args = T.TrainingArguments(str(out), max_steps=4, per_device_train_batch_size=8, learning_rate=1e-3,
                                weight_decay=WEIGHT_DECAY, report_to=[], use_cpu=True, save_strategy="no",
                                disable_tqdm=True, seed=0)
-    trainer = BitFitTrainer(model, args, train_dataset=data, bitfit_config=state.config,
+    trainer = BitFitTrainer(model, args, train_dataset=data, method_config=state.config,
                             base_model_name_or_path="sentence-transformers/all-MiniLM-L6-v2")
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
@@ -88,7 +88,7 @@ def test_minilm_unchanged_before_training_and_exactly_the_right_tensors_train(tr
     shift = LAYERS * D + (D_FF + 1 if share else LAYERS * (D_FF + 1))
     norms = (LAYERS + 1) * 2 * D
     head = D * 2 + 2
-    assert trained["trainer"].bitfit_state.summary.trainable_params == shift + norms + head
+    assert trained["trainer"].tuner_state.summary.trainable_params == shift + norms + head
     after = dict(model.named_parameters())
     base = trained["base"]
     assert all(torch.equal(after[n], base[n]) for n in base if n not in names), "a frozen tensor moved"
@@ -168,7 +168,7 @@ def test_model_card_and_info_name_the_method_and_its_parameter_count(trained):
     from bitfit_hf.reporting.model_card import build_model_card
 
     adapter = BitFitAdapter.from_directory(trained["out"])
-    summary = trained["trainer"].bitfit_state.summary
+    summary = trained["trainer"].tuner_state.summary
     outside_head = summary.bias_params
     card = str(build_model_card(adapter, "me/minilm-ab", summary=summary.to_dict()))
     assert "An **AdapterBias** adapter" in card and f"**{outside_head:,} parameters** outside the head" in card
@@ -191,7 +191,7 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(tmp_path):
         args = T.TrainingArguments(str(out), max_steps=4, per_device_train_batch_size=4, learning_rate=1e-2,
                                    report_to=[], use_cpu=True, save_strategy="steps", save_steps=2,
                                    disable_tqdm=True, seed=0)
-        trainer = BitFitTrainer(model, args, train_dataset=data, bitfit_config=AdapterBiasConfig(share_alpha=True))
+        trainer = BitFitTrainer(model, args, train_dataset=data, method_config=AdapterBiasConfig(share_alpha=True))
         trainer.train(resume_from_checkpoint=resume)
         return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 

@@ -73,7 +73,7 @@ def test_tiny_exports_load_with_plain_peft_and_give_the_same_logits(tmp_path):
 def test_minilm_default_style_export_loads_with_plain_peft_same_logits_and_predictions(minilm_dir, tmp_path):
     """The default recipe's kind of adapter (every bias + head of all-MiniLM-L6-v2), via `bitfit-hf export-peft`,
     on real validation sentences of the offline movie-review data."""
-    from bitfit_hf.recipe_kit.data import load_offline_dataset
+    from bitfit_hf.data.offline import load_offline_dataset
 
     torch.manual_seed(0)
     model = T.AutoModelForSequenceClassification.from_pretrained(minilm_dir, num_labels=2).eval()

@@ -28,7 +28,8 @@ def test_train_cost_quick(tmp_path):
     assert set(result["models"]) == {"tiny", "minilm"}
     for model, res in result["models"].items():
         rows = res["rows"]
-        assert {"full", "bitfit-all", "bitfit-paper", "frozen", "lora", "bitfit-lora", "ia3", "bitfit-ia3"} <= set(rows)
+        paper = "bitfit:bias_terms=paper-subset"
+        assert {"full", "bitfit", paper, "frozen", "lora", "bitfit_lora", "ia3", "bitfit_ia3"} <= set(rows)
         full = rows["full"]
         assert full["trainable_params"] == full["total_params"]
         for method, row in rows.items():
@@ -42,22 +43,23 @@ def test_train_cost_quick(tmp_path):
                 assert row["trainable_params"] < full["trainable_params"]
                 assert 8 * row["trainable_params"] <= row["optimizer_state_bytes"] <= 8 * row["trainable_params"] + 8192
                 assert row["adapter_bytes"] < full["adapter_bytes"] / 5
-        assert rows["frozen"]["trainable_params"] < rows["bitfit-paper"]["trainable_params"] < rows["bitfit-all"]["trainable_params"]
+        assert rows["frozen"]["trainable_params"] < rows[paper]["trainable_params"] < rows["bitfit"]["trainable_params"]
         # BitFit + LoRA trains exactly BitFit `all` plus the LoRA row's matrices (same head in both)
         lora_matrices = rows["lora"]["trainable_params"] - rows["frozen"]["trainable_params"]
-        assert rows["bitfit-lora"]["trainable_params"] == rows["bitfit-all"]["trainable_params"] + lora_matrices
+        assert rows["bitfit_lora"]["trainable_params"] == rows["bitfit"]["trainable_params"] + lora_matrices
         # likewise BitFit + (IA)³ is BitFit `all` plus the (IA)³ row's vectors, and the vectors are few
         vectors = rows["ia3"]["trainable_params"] - rows["frozen"]["trainable_params"]
-        assert 0 < vectors < rows["bitfit-all"]["trainable_params"]
-        assert rows["bitfit-ia3"]["trainable_params"] == rows["bitfit-all"]["trainable_params"] + vectors
-        assert rows["bitfit-all"]["optim"] == "adamw_torch_fused"  # the Trainer default...
-        assert rows["bitfit-all"]["optimizer_impl"] == "foreach"  # ...which BitFitTrainer runs as foreach on CPU
+        assert 0 < vectors < rows["bitfit"]["trainable_params"]
+        assert rows["bitfit_ia3"]["trainable_params"] == rows["bitfit"]["trainable_params"] + vectors
+        assert rows["bitfit"]["optim"] == "adamw_torch_fused"  # the Trainer default...
+        assert rows["bitfit"]["optimizer_impl"] == "foreach"  # ...which BitFitTrainer runs as foreach on CPU
         assert rows["full"]["optimizer_impl"] == "fused"
 
 
 @pytest.mark.slow
 def test_train_cost_bf16_trains_in_mixed_precision(tmp_path):
-    """The GPU table's settings (Trainer bf16=True) also run on a CPU, so the path cannot rot unnoticed."""
+    """The GPU table's settings (Trainer bf16=True) also run on a CPU, so the path cannot rot unnoticed. The old row
+    names still work: results are keyed by the rows they are now."""
     result = _run("train_cost.py", tmp_path, "--models", "tiny", "--methods",
                   "full,bitfit-all,plain-bitfit-all,bitfit-all@frozen-bf16,lora@frozen-bf16", "--precision", "bf16")
     res = result["models"]["tiny"]
@@ -66,13 +68,14 @@ def test_train_cost_bf16_trains_in_mixed_precision(tmp_path):
     for method, row in rows.items():
         assert row["checks"], (method, row["check_failures"])  # frozen tensors bit-identical, trained ones moved
         assert row["precision"] == "bf16"
-    assert rows["full"]["mixed_precision"] == rows["bitfit-all"]["mixed_precision"] == "bf16"
+    assert set(rows) == {"full", "bitfit", "plain-bitfit", "bitfit@frozen-bf16", "lora@frozen-bf16"}
+    assert rows["full"]["mixed_precision"] == rows["bitfit"]["mixed_precision"] == "bf16"
     assert "CPU, bf16" in (tmp_path / "result.md").read_text()
     # frozen_dtype rows: frozen Linear weights in bf16 (unchanged by training), the same trained tensors as without
-    for method in ("bitfit-all@frozen-bf16", "lora@frozen-bf16"):
+    for method in ("bitfit@frozen-bf16", "lora@frozen-bf16"):
         memory = res["raw_memory"][method][0]
         assert memory["frozen_bf16_tensors"] > 0 and memory["trained_not_float32"] == []
-    assert rows["bitfit-all@frozen-bf16"]["trainable_params"] == rows["bitfit-all"]["trainable_params"]
+    assert rows["bitfit@frozen-bf16"]["trainable_params"] == rows["bitfit"]["trainable_params"]
     assert "frozen weights bf16" in (tmp_path / "result.md").read_text()
 
 
@@ -120,13 +123,13 @@ def test_lora_profile_tiny(tmp_path):
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
-    assert set(rows) == {"bitfit", "lora", "bitfit-lora"}
+    assert set(rows) == {"bitfit", "lora", "bitfit_lora"}
     tokens = 2 * 16
     for method, row in rows.items():
         assert row["step_cpu_s"] > 0 and sum(row["dispatched"].values()) > 0
         weight_grads = [k for k in row["product_shapes"] if f"[[64, {tokens}], [{tokens}, 64]]" in k]
         assert not weight_grads, (method, weight_grads)
-    assert rows["bitfit-lora"]["trainable_tensors"] > rows["bitfit"]["trainable_tensors"] > rows["lora"]["trainable_tensors"]
+    assert rows["bitfit_lora"]["trainable_tensors"] > rows["bitfit"]["trainable_tensors"] > rows["lora"]["trainable_tensors"]
     assert "Matrix products whose count differs" in md.read_text()
 
 

@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         model,
         args,
         train_dataset=data,
-        bitfit_config=config,
+        method_config=config,
     )
     from transformers import TrainerCallback
 
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     base = load_file(os.path.join(a.base, "model.safetensors"))
     inner = trainer.model
     mismatched, max_diff, checked = [], 0.0, 0
-    sparse = getattr(trainer.bitfit_state, "sparse_indices", None) or {}
+    sparse = getattr(trainer.tuner_state, "sparse_indices", None) or {}
     if sparse:  # the random baselines: every rank's drawn entries, and their untrained entries checked below
         save_file({n: i.contiguous() for n, i in sparse.items()}, os.path.join(a.out, f"rank{rank}_indices.safetensors"))
     for name, param in inner.named_parameters():

@@ -268,7 +268,7 @@ def trainer(tmp_path, make_tiny):
     args = TrainingArguments(**B.training_args_kwargs(output_dir=str(tmp_path), report_to=[], learning_rate=1e-3,
                                                       weight_decay=0.1))
     return BitFitTrainer(make_tiny("bert", num_labels=2), args,
-                         bitfit_config=BitFitConfig(bias_learning_rate=1e-2, head_learning_rate=1e-3))
+                         method_config=BitFitConfig(bias_learning_rate=1e-2, head_learning_rate=1e-3))
 
 
 def test_optimizer_block_gets_bitfit_groups(trainer):

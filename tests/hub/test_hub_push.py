@@ -197,7 +197,7 @@ args = TrainingArguments(OUT, max_steps=6, per_device_train_batch_size=8, learni
                          hub_private_repo=True, hub_token=TOKEN, hub_revision="exp", hub_strategy="every_save",
                          disable_tqdm=True)
 trainer = BitFitTrainer(model, args, train_dataset=data, eval_dataset=data, compute_metrics=accuracy,
-                        bitfit_config=None)
+                        method_config=None)
 trainer.train()
 metrics = trainer.evaluate()
 trainer.save_metrics("all", metrics)

@@ -1,5 +1,5 @@
 """A method's recipe flags come from its folder: ``BitFitArguments`` composes every registered method's own flags
-(``tuners/<method>/recipe.py``, ``MethodSpec.recipe``), refuses them for other methods naming the methods that take
+(``tuners/<method>/recipe.py``, ``Method.recipe``), refuses them for other methods naming the methods that take
 them, and hands the method its common and own flags to build its config. A toy method registered from outside
 recipe_kit gets all of it: its flags, its refusals, its learning rate and its output folder."""
 
@@ -100,7 +100,7 @@ def test_unknown_method_built_directly_is_refused():
 TOY_RUN = textwrap.dedent('''
     import json, sys
     from dataclasses import dataclass, field
-    from bitfit_hf.tuners import MethodSpec, register_method
+    from bitfit_hf.tuners import Method, register_method
     from bitfit_hf.tuners.bias.config import BitFitConfig
     from bitfit_hf.tuners.bias.model import apply_bitfit
     from bitfit_hf.tuners.recipe import RecipeMethod
@@ -112,9 +112,15 @@ TOY_RUN = textwrap.dedent('''
     def build(common, own):
         return BitFitConfig(bias_terms="b_q" if own.toy_shared else "all", **common.bitfit_fields())
 
-    register_method(MethodSpec("toy", BitFitConfig, apply_bitfit, recipe=(RecipeMethod(
-        "toy", build, ToyArguments, help="toy: a toy", default_learning_rate=7e-4,
-        output_suffix=(("toy_shared", "-shared"),)),)))
+    class Toy(Method):
+        name, config_class = "toy", BitFitConfig
+        recipe = (RecipeMethod("toy", build, ToyArguments, help="toy: a toy", default_learning_rate=7e-4,
+                               output_suffix=(("toy_shared", "-shared"),)),)
+
+        def apply(self, model, config):
+            return apply_bitfit(model, config)
+
+    register_method(Toy)
 
     from bitfit_hf.recipe_kit import DataArguments, RecipeDefaults, parse_recipe_args
     defaults = RecipeDefaults(recipe="demo", offline_dataset="movie_reviews")

@@ -132,12 +132,12 @@ def _args(out, **kw):
 
 def test_the_trainer_refuses_a_checkpoint_of_another_method_and_leaves_it(tmp_path):
     BitFitTrainer(tiny_bert().train(), _args(tmp_path / "a"), train_dataset=_dataset(),
-                  bitfit_config=RECIPE_CONFIGS["lora"]()).train()
+                  method_config=RECIPE_CONFIGS["lora"]()).train()
     checkpoint = tmp_path / "a" / "checkpoint-2"
     before = snapshot(checkpoint)
     model = tiny_bert().train()
     trainer = BitFitTrainer(model, _args(tmp_path / "b", max_steps=4), train_dataset=_dataset(),
-                            bitfit_config=BitFitConfig())
+                            method_config=BitFitConfig())
     with pytest.raises(CheckpointError, match="was trained with --method lora; this run asks for --method bitfit"):
         trainer.train(resume_from_checkpoint=str(checkpoint))
     assert snapshot(checkpoint) == before

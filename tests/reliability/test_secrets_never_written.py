@@ -61,7 +61,7 @@ def test_full_model_saves_do_not_pickle_the_token(tmp_path):
     import transformers as T
 
     args = T.TrainingArguments(str(tmp_path / "out"), hub_token=SECRET, report_to=[], use_cpu=True)
-    trainer = BitFitTrainer(tiny_bert(), args, bitfit_config=BitFitConfig("all", save_full_model=True))
+    trainer = BitFitTrainer(tiny_bert(), args, method_config=BitFitConfig("all", save_full_model=True))
     trainer.save_model()
     assert (tmp_path / "out" / "training_args.bin").is_file()
     assert files_holding(tmp_path, SECRET) == []

@@ -100,7 +100,7 @@ def _run(kind: str, tmp_path, callbacks=(), compute_loss=None, data=None, **over
         cls = BitFitTrainer
     if compute_loss is not None:
         cls = type(f"Patched{cls.__name__}", (cls,), {"compute_loss": compute_loss})
-    kwargs = {} if kind == "trainer" else {"bitfit_config": BitFitConfig(bias_terms="all")}
+    kwargs = {} if kind == "trainer" else {"method_config": BitFitConfig(bias_terms="all")}
     trainer = cls(model=model, args=args, train_dataset=data or _Data(), callbacks=list(callbacks), **kwargs)
     trainer.train()
     return trainer

@@ -53,7 +53,7 @@ def _digests(model):
 
 def _train(tmp_path, method, frozen_dtype, **kw):
     model = tiny_bert_classifier()
-    trainer = BitFitTrainer(model, _args(tmp_path, **kw), train_dataset=RandomLabelTokens(), bitfit_config=CONFIGS[method](),
+    trainer = BitFitTrainer(model, _args(tmp_path, **kw), train_dataset=RandomLabelTokens(), method_config=CONFIGS[method](),
                             frozen_dtype=frozen_dtype)
     return model, trainer
 
@@ -134,7 +134,7 @@ def test_adapter_reloads_exactly(tmp_path):
 
 def test_fingerprint_is_the_same_in_either_dtype(tmp_path):
     model, trainer = _train(tmp_path, "bitfit", "bfloat16")
-    state = trainer.bitfit_state
+    state = trainer.tuner_state
     names = set(state.selection.parameter_names)
     cast = base_fingerprint(model, exclude=names, head_modules=state.selection.head_modules)
     assert cast == state.fingerprint == base_fingerprint(tiny_bert_classifier(), exclude=names,

@@ -31,7 +31,7 @@ CONFIGS = {
 def _trainer(tmp_path, config):
     args = T.TrainingArguments(str(tmp_path / "out"), report_to=[], use_cpu=True, disable_tqdm=True)
     data = Dataset.from_dict({"input_ids": [[5, 6, 7]], "attention_mask": [[1, 1, 1]], "labels": [0]})
-    return BitFitTrainer(tiny_model("bert", num_labels=2), args, train_dataset=data, bitfit_config=config)
+    return BitFitTrainer(tiny_model("bert", num_labels=2), args, train_dataset=data, method_config=config)
 
 
 @pytest.mark.parametrize("method", list(CONFIGS))
@@ -48,7 +48,7 @@ def test_method_label_of_the_config_and_of_the_saved_adapter(tmp_path, method):
     from bitfit_hf import BitFitAdapter
 
     trainer = _trainer(tmp_path, CONFIGS[method]())
-    assert method_label(trainer.bitfit_config) == method
+    assert method_label(trainer.method_config) == method
     trainer.save_model(str(tmp_path / "adapter"))
     assert method_label(BitFitAdapter.from_pretrained(str(tmp_path / "adapter")).config) == method
 

@@ -43,14 +43,14 @@ def test_bitfit_trainer_on_the_gguf_base(smollm2, tmp_path):
     args = TrainingArguments(str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4, learning_rate=1e-2,
                              use_cpu=True, report_to=[], save_strategy="no")
     trainer = BitFitTrainer(model=model, args=args, train_dataset=data, data_collator=DataCollatorWithPadding(tokenizer),
-                            bitfit_config=BitFitConfig("all", add_missing_biases=True))
+                            method_config=BitFitConfig("all", add_missing_biases=True))
     with torch.no_grad():
         assert torch.equal(model(**batch).logits, before)  # zero biases added: outputs unchanged
     trainer.train()
     params = dict(model.named_parameters())
     moved = {n for n, t in frozen.items() if not torch.equal(params[n], t)}
     assert moved == {"score.weight"}  # of the base's own tensors only the head moved
-    added = [n for n in trainer.bitfit_state.selection.bias_parameter_names if n not in frozen]
+    added = [n for n in trainer.tuner_state.selection.bias_parameter_names if n not in frozen]
     assert len(added) == 271 and any(float(params[n].abs().max()) > 0 for n in added)
     assert {params[n].dtype for n in added} == {torch.float32}
     with torch.no_grad():

@@ -29,7 +29,7 @@ def _run(out, config, max_steps=4, resume=None):
                                save_strategy="steps", save_steps=2, report_to=[], use_cpu=True, disable_tqdm=True,
                                logging_strategy="no", seed=0, weight_decay=0.01)
     model = tiny_model("bert").train()
-    trainer = BitFitTrainer(model, args, train_dataset=_dataset(), bitfit_config=config)
+    trainer = BitFitTrainer(model, args, train_dataset=_dataset(), method_config=config)
     trainer.train(resume_from_checkpoint=resume)
     return model, trainer
 
@@ -38,7 +38,7 @@ def _run(out, config, max_steps=4, resume=None):
                          ids=["rand_uniform", "rand_row_col"])
 def test_the_optimizer_state_of_a_sparse_selection_is_compact_and_resumes_exactly(tmp_path, config):
     full, trainer = _run(tmp_path / "full", config)
-    state = trainer.bitfit_state
+    state = trainer.tuner_state
     sparse_numel = sum(p.numel() for n, p in full.named_parameters() if n in state.sparse_indices)
     size = os.path.getsize(tmp_path / "full" / "checkpoint-2" / "optimizer.pt")
     dense_moments = 2 * 4 * sparse_numel  # exp_avg + exp_avg_sq, float32, of every matrix touched

@@ -52,9 +52,9 @@ def snapshot(model):
 def test_unselected_parameters_are_bit_identical_after_training(minilm_dir, dataset, tmp_path, preset):
     model = load_minilm(minilm_dir)
     before = snapshot(model)
-    trainer = BitFitTrainer(model, args(tmp_path), train_dataset=dataset, bitfit_config=BitFitConfig(preset))
+    trainer = BitFitTrainer(model, args(tmp_path), train_dataset=dataset, method_config=BitFitConfig(preset))
     trainer.train()
-    selected = set(trainer.bitfit_state.selection.parameter_names)
+    selected = set(trainer.tuner_state.selection.parameter_names)
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert moved <= selected  # nothing outside the selection changed, bit for bit
     assert len(moved) >= 0.9 * len(selected)  # and the selection really trained
@@ -66,7 +66,7 @@ def test_unselected_parameters_are_bit_identical_after_training(minilm_dir, data
 def test_optimizer_groups_learning_rates_and_weight_decay(minilm_dir, dataset, tmp_path):
     model = load_minilm(minilm_dir)
     cfg = BitFitConfig("all", bias_learning_rate=1e-3, head_learning_rate=5e-3)
-    trainer = BitFitTrainer(model, args(tmp_path, weight_decay=0.01), train_dataset=dataset, bitfit_config=cfg)
+    trainer = BitFitTrainer(model, args(tmp_path, weight_decay=0.01), train_dataset=dataset, method_config=cfg)
     optimizer = trainer.create_optimizer()
     names = {id(p): n for n, p in model.named_parameters()}
     groups = {(g["lr"], g["weight_decay"]): sorted(names[id(p)] for p in g["params"]) for g in optimizer.param_groups}
@@ -93,7 +93,7 @@ def test_works_with_trainer_optimizers(minilm_dir, dataset, tmp_path, optim):
 
 def test_refuses_to_train_nothing(minilm_dir, tmp_path):
     with pytest.raises(ValueError, match="selects nothing"):
-        BitFitTrainer(load_minilm(minilm_dir), args(tmp_path), bitfit_config=BitFitConfig("frozen", train_head=False))
+        BitFitTrainer(load_minilm(minilm_dir), args(tmp_path), method_config=BitFitConfig("frozen", train_head=False))
 
 
 def test_summary_logged_once_at_start(minilm_dir, dataset, tmp_path, caplog):
@@ -101,7 +101,7 @@ def test_summary_logged_once_at_start(minilm_dir, dataset, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="bitfit_hf"):
         trainer.train()
         trainer.train()
-    assert sum("BitFit trainable parameters" in r.getMessage() for r in caplog.records) == 1
+    assert sum("Trainable parameters (bitfit)" in r.getMessage() for r in caplog.records) == 1
 
 
 @pytest.mark.parametrize("reentrant", [None, True])
@@ -130,7 +130,7 @@ def test_bf16_mixed_precision_on_cpu(minilm_dir, dataset, tmp_path):
     result = trainer.train()
     assert torch.isfinite(torch.tensor(result.training_loss))
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
-    assert moved and moved <= set(trainer.bitfit_state.selection.parameter_names)
+    assert moved and moved <= set(trainer.tuner_state.selection.parameter_names)
     assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights stay fp32
 
 
@@ -161,7 +161,7 @@ def test_save_model_writes_adapter_or_full_model(minilm_dir, dataset, tmp_path, 
     assert os.path.getsize(tmp_path / "adapter" / "adapter_model.safetensors") < 200_000
 
     full = BitFitTrainer(load_minilm(minilm_dir), args(tmp_path), train_dataset=dataset,
-                         bitfit_config=BitFitConfig("all", save_full_model=True))
+                         method_config=BitFitConfig("all", save_full_model=True))
     full.save_model(str(tmp_path / "full"))
     assert "model.safetensors" in os.listdir(tmp_path / "full")
 

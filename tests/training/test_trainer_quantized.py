@@ -43,11 +43,11 @@ def test_plain_trainer_refuses_what_bitfit_trains(tmp_path):
         Trainer(model=model, args=args(tmp_path), train_dataset=data())
     frozen = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = BitFitTrainer(model=model, args=args(tmp_path), train_dataset=data(),
-                            bitfit_config=BitFitConfig("all", add_missing_biases=True))
+                            method_config=BitFitConfig("all", add_missing_biases=True))
     assert not getattr(model, "_hf_peft_config_loaded", False)  # the guard's flag is not left behind
     trainer.train()
     params = dict(model.named_parameters())
-    trained = set(trainer.bitfit_state.selection.parameter_names)
+    trained = set(trainer.tuner_state.selection.parameter_names)
     assert all(torch.equal(params[n], t) for n, t in frozen.items())  # no base tensor is trained here
     assert any(float(params[n].abs().max()) > 0 for n in trained)
     trainer.save_model(str(tmp_path / "adapter"))

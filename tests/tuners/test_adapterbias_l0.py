@@ -32,7 +32,7 @@ D_FF, LAYERS = 64, 2  # the tiny BERT's FFN width and depth
 def _train(tmp_path, config, **kw):
     model = tiny_model("bert", num_labels=2)
     trainer = BitFitTrainer(model, quiet_cpu_training_args(tmp_path, **kw),
-                            train_dataset=parity_dataset(model.config.vocab_size, n=32), bitfit_config=config)
+                            train_dataset=parity_dataset(model.config.vocab_size, n=32), method_config=config)
     trainer.train()
     model.eval()
     return model, trainer
@@ -54,7 +54,7 @@ def test_gates_sit_on_l_alpha_inputs_and_only_the_methods_tensors_move(tmp_path)
         assert torch.equal(model(**inputs).logits, stock)
 
     trainer = BitFitTrainer(model, quiet_cpu_training_args(tmp_path), train_dataset=parity_dataset(model.config.vocab_size, n=32),
-                            bitfit_config=config)
+                            method_config=config)
     assert any(abs(g["lr"] - 0.1) < 1e-12 for g in trainer.create_optimizer().param_groups)  # the gates' own rate
     trainer.train()
     after = dict(model.named_parameters())
@@ -90,7 +90,7 @@ def test_the_penalty_reaches_the_trainers_loss(tmp_path):
     model = tiny_model("bert", num_labels=2)
     config = AdapterBiasConfig(l0_lambda=0.5)
     trainer = BitFitTrainer(model, quiet_cpu_training_args(tmp_path), train_dataset=parity_dataset(model.config.vocab_size, n=32),
-                            bitfit_config=config)
+                            method_config=config)
     inputs = {**batch(), "labels": torch.tensor([0, 1, 1, 0])}
     model.train()
     torch.manual_seed(3)
@@ -112,7 +112,7 @@ def test_the_penalty_closes_gates(tmp_path):
     for l0_lambda in (1e-4, 0.5):
         config = AdapterBiasConfig(l0_lambda=l0_lambda, l0_learning_rate=0.5)
         model, trainer = _train(tmp_path / str(l0_lambda), config, max_steps=30)
-        counts[l0_lambda] = trainer.bitfit_state.summary.notes["l0"]
+        counts[l0_lambda] = trainer.tuner_state.summary.notes["l0"]
     start = 2 * D_FF * torch.sigmoid(torch.tensor(3.0 - BETA * math.log(-GAMMA / ZETA))).item()
     strong, weak = counts[0.5], counts[1e-4]
     assert strong["gated"] == weak["gated"] == 2 * D_FF
@@ -196,7 +196,7 @@ def test_checkpoint_resumes_exactly(tmp_path):
            output_dir=str(tmp_path / "resume"))
     model = tiny_model("bert", num_labels=2)
     trainer = BitFitTrainer(model, quiet_cpu_training_args(tmp_path, max_steps=4, output_dir=str(tmp_path / "resume")),
-                            train_dataset=parity_dataset(model.config.vocab_size, n=32), bitfit_config=config)
+                            train_dataset=parity_dataset(model.config.vocab_size, n=32), method_config=config)
     trainer.train(resume_from_checkpoint=str(tmp_path / "resume" / "checkpoint-2"))
     ours, theirs = dict(model.named_parameters()), dict(full.named_parameters())
     assert all(torch.equal(ours[n], theirs[n]) for n in theirs)

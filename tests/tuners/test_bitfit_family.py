@@ -140,7 +140,7 @@ def test_trainer_optimizer_carries_the_layerwise_rates(tmp_path):
 
     model = tiny_model("bert")
     args = T.TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-2, report_to=[], use_cpu=True)
-    trainer = BitFitTrainer(model, args, bitfit_config=BitFitConfig(layerwise_lr_decay=0.5))
+    trainer = BitFitTrainer(model, args, method_config=BitFitConfig(layerwise_lr_decay=0.5))
     optimizer = trainer.create_optimizer()
     names = {id(p): n for n, p in model.named_parameters()}
     rates = {names[id(p)]: g["lr"] for g in optimizer.param_groups for p in g["params"]}

@@ -41,7 +41,7 @@ def test_only_the_methods_tensors_move_and_the_adapter_reloads_exactly(arch, con
     assert (len(roles) > 2) == (config_class is BitFitIA3Config)  # ia3 trains no bias
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = BitFitTrainer(model, tiny_training.quiet_cpu_training_args(tmp_path),
-                            train_dataset=tiny_training.parity_dataset(model.config.vocab_size), bitfit_config=config)
+                            train_dataset=tiny_training.parity_dataset(model.config.vocab_size), method_config=config)
     trainer.train()
     model.eval()
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
@@ -98,7 +98,7 @@ def test_multitask_serves_ia3_tasks_in_mixed_batches():
 
 
 def test_registry_and_config_checks():
-    assert METHODS["ia3"].merge is not None and not METHODS["bitfit_ia3"].not_batchable
+    assert METHODS["ia3"].supports("merge") and not METHODS["bitfit_ia3"].not_batchable
     assert IA3Config().bias_terms == ["frozen"]
     with pytest.raises(ValueError, match="full"):
         BitFitIA3Config(bias_terms="full")

@@ -7,7 +7,7 @@ import torch
 from conftest import BIASLESS_ARCHS, batch, tiny_model
 
 from bitfit_hf import BitFitConfig, apply_bitfit
-from bitfit_hf.tuners.bitfit.layer import HOOK, NATIVE, add_zero_bias
+from bitfit_hf.tuners.bias.layer import HOOK, NATIVE, add_zero_bias
 
 
 def _logits(model, inputs):

@@ -37,7 +37,7 @@ def _snapshot(model):
 
 def _train(model, tmp_path, config, vocab, **kw):
     trainer = BitFitTrainer(model, tiny_training.quiet_cpu_training_args(tmp_path, **kw),
-                            train_dataset=tiny_training.parity_dataset(vocab), bitfit_config=config)
+                            train_dataset=tiny_training.parity_dataset(vocab), method_config=config)
     trainer.train()
     model.eval()
     return trainer
@@ -95,7 +95,7 @@ def test_real_minilm_moves_exactly_lora_biases_and_head(minilm_dir, tmp_path):
     assert len(state.lora_modules) == 12  # 6 layers x (query, value)
     before = _snapshot(model)
     trainer = BitFitTrainer(model, tiny_training.quiet_cpu_training_args(tmp_path, max_steps=2, learning_rate=1e-2),
-                            train_dataset=data, bitfit_config=config)
+                            train_dataset=data, method_config=config)
     trainer.train()
     model.eval()
     _check_only_selection_moved(model, before, state)
@@ -196,7 +196,7 @@ def test_resume_from_a_checkpoint_continues_exactly(tmp_path):
         args = tiny_training.quiet_cpu_training_args(tmp_path, output_dir=str(out), max_steps=4, save_strategy="steps",
                                                      save_steps=2)
         trainer = BitFitTrainer(model, args, train_dataset=tiny_training.parity_dataset(model.config.vocab_size, n=32),
-                                bitfit_config=BitFitLoraConfig(lora_r=4, lora_learning_rate=5e-3))
+                                method_config=BitFitLoraConfig(lora_r=4, lora_learning_rate=5e-3))
         trainer.train(resume_from_checkpoint=resume)
         return model
 

@@ -12,7 +12,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from bitfit_hf import BitFitConfig, apply_bitfit
-from bitfit_hf.tuners.quantized import QuantizedBaseError
+from bitfit_hf.tuners.bias.quantized import QuantizedBaseError
 from bitfit_hf.utils.base_loading import describe_base_loading, quantization_method
 
 

@@ -129,9 +129,9 @@ def test_only_the_drawn_entries_move_under_adamw_with_weight_decay(arch, config_
     model = tiny_model(arch).train()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = BitFitTrainer(model, _args(tmp_path), train_dataset=_dataset(model.config.vocab_size),
-                            bitfit_config=config_class(random_seed=2, **extra(arch)))
+                            method_config=config_class(random_seed=2, **extra(arch)))
     trainer.train()
-    state = trainer.bitfit_state
+    state = trainer.tuner_state
     changed = _changed_entries(model, before)
     head = {n for n in changed if n.startswith(("classifier", "score"))}
     assert head, "the head did not train"
@@ -154,8 +154,8 @@ def test_step_guard_keeps_entries_even_with_a_users_decaying_optimizer(tmp_path)
     trainer = BitFitTrainer(model, _args(tmp_path), train_dataset=_dataset(100), optimizers=(optimizer, None))
     trainer.train()
     for name, idx in _changed_entries(model, before).items():
-        if name in trainer.bitfit_state.sparse_indices:
-            assert set(idx.tolist()) <= set(trainer.bitfit_state.sparse_indices[name].tolist())
+        if name in trainer.tuner_state.sparse_indices:
+            assert set(idx.tolist()) <= set(trainer.tuner_state.sparse_indices[name].tolist())
 
 
 def test_without_the_guard_weight_decay_would_move_masked_entries():
@@ -279,10 +279,10 @@ def test_real_minilm_count_masks_and_round_trip(minilm_dir, tmp_path):
     for item in data:
         item["labels"] = item["labels"] % 2
     trainer = BitFitTrainer(model, _args(tmp_path, max_steps=2, learning_rate=1e-2), train_dataset=data,
-                            bitfit_config=RandRowColConfig(random_seed=0))
+                            method_config=RandRowColConfig(random_seed=0))
     # counted on the model as trained: the trainer classifies from MiniLM's mean pooling and drops its pooler
     expected_count = reference(model, "bert")
-    state = trainer.bitfit_state
+    state = trainer.tuner_state
     assert state.reference_count == expected_count == state.summary.bias_params
     trainer.train()
     for name, idx in _changed_entries(model, before).items():
@@ -350,7 +350,7 @@ def test_resume_from_a_checkpoint_continues_exactly(tmp_path):
     def run(out, resume=None):
         model = tiny_model("bert").train()
         trainer = BitFitTrainer(model, _args(tmp_path, output_dir=str(out), save_strategy="steps", save_steps=2),
-                                train_dataset=data, bitfit_config=RandRowColConfig(random_seed=6))
+                                train_dataset=data, method_config=RandRowColConfig(random_seed=6))
         trainer.train(resume_from_checkpoint=resume)
         return model
 

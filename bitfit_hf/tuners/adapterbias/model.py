@@ -224,7 +224,7 @@ class AdapterBiasState(TunerState):
 
 
 def l0_penalty(model: nn.Module, state: Any) -> Optional[torch.Tensor]:
-    """MethodSpec.penalty: ``l0_lambda`` times the expected number of open gates in the last training forward
+    """Method.penalty: ``l0_lambda`` times the expected number of open gates in the last training forward
     (None without gates, or when no training forward ran)."""
     gates = getattr(state, "gates", None) or []
     total = l0.penalty(gates) if gates else None
@@ -232,7 +232,7 @@ def l0_penalty(model: nn.Module, state: Any) -> Optional[torch.Tensor]:
 
 
 def release_adapter(config: AdapterBiasConfig, tensors: Dict[str, torch.Tensor]):
-    """MethodSpec.release: an L0 run's adapter with its gates folded into ``L_alpha`` (pruned weights exact zeros,
+    """Method.release: an L0 run's adapter with its gates folded into ``L_alpha`` (pruned weights exact zeros,
     no ``log_alpha`` stored), and the config it loads with (``l0_folded``: the gates' counts). Other configs as
     they are."""
     if not config.gated:

@@ -13,10 +13,10 @@ from torch import nn
 
 from bitfit_hf.tuners.bias.config import BitFitConfig, parse_bias_init
 from bitfit_hf.tuners.bias.layer import add_zero_biases, initialize_biases
+from bitfit_hf.tuners.bias.quantized import check_modules_take_bias, check_selected_are_float, keep_biases_trainable
 from bitfit_hf.tuners.bias.selection import resolve
 from bitfit_hf.tuners.grad_mask import GradMask
-from bitfit_hf.tuners.quantized import check_modules_take_bias, check_selected_are_float, keep_biases_trainable
-from bitfit_hf.tuners.state import Selection, TunerState, get_bitfit_state, set_tuner_state
+from bitfit_hf.tuners.state import Selection, TunerState, get_tuner_state, set_tuner_state
 from bitfit_hf.utils.fingerprint import base_fingerprint, base_sketch
 from bitfit_hf.utils.zero import full_shape
 
@@ -40,11 +40,11 @@ def apply_bitfit(model: nn.Module, config: Optional[BitFitConfig] = None) -> Bit
 
     Adds the zero biases the config asks for, sets ``requires_grad`` on exactly the selected tensors
     (and off everywhere else), and masks gradients outside the selected chunks of fused biases. On a
-    quantized base the trained biases are float32 (see :mod:`bitfit_hf.tuners.quantized`).
+    quantized base the trained biases are float32 (see :mod:`bitfit_hf.tuners.bias.quantized`).
     Calling it again with another config re-selects from scratch (added biases stay).
     """
     config = config or BitFitConfig()
-    previous = get_bitfit_state(model)
+    previous = get_tuner_state(model)
     if previous is not None:
         for handle in previous.mask_handles:
             handle.remove()

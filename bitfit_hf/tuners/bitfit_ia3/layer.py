@@ -63,7 +63,7 @@ def merged_tensors(name: str, layer: nn.Module) -> Dict[str, torch.Tensor]:
     return out
 
 
-# ---- AdapterBank hooks (MethodSpec.bank_modules / bank_attach / bank_switch / bank_layers) -----------------
+# ---- AdapterBank hooks (Method.bank_modules / bank_attach / bank_switch / bank_layers) -----------------
 
 
 def bank_modules(tensor_names: Iterable[str]) -> List[str]:
@@ -81,7 +81,7 @@ def bank_layers(model: nn.Module) -> List[str]:
     return list(ia3_layers(model))
 
 
-# ---- mixed-task batches (MethodSpec.batch_router) ------------------------------------------------------
+# ---- mixed-task batches (Method.batch_router) ------------------------------------------------------
 
 
 class BatchRouter:

@@ -130,7 +130,7 @@ def bank_attach(model: nn.Module, modules: List[str], method_config: dict) -> Di
 
 
 def peft_model(model: nn.Module, config, modules_to_save: List[str], task_type: Optional[str]):
-    """MethodSpec.peft_export: ``model`` (a stock base with the adapter applied: (IA)³ layers, head, norms) as a
+    """Method.peft_model: ``model`` (a stock base with the adapter applied: (IA)³ layers, head, norms) as a
     plain ``peft`` IA3 model holding the same vectors, ``modules_to_save`` saved whole (the head, trained norms).
 
     bitfit-hf's (IA)³ layers are peft's own, so the export puts each wrapped module back, lets

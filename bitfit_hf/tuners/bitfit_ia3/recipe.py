@@ -46,7 +46,7 @@ def build_bitfit_ia3(common: CommonFlags, own: IA3Arguments) -> BitFitIA3Config:
 
 
 #: Default rates from benchmarks/lr_sweep.py on the GLUE recipe's default budget (its table has every rate's score, as
-#: for the rates in recipe_kit/args.py). ``ia3`` 3e-2: scaling vectors start at one and need a large step to move in
+#: for every method's default rate). ``ia3`` 3e-2: scaling vectors start at one and need a large step to move in
 #: 300 steps (1e-1 falls back). ``bitfit_ia3`` 3e-3: the biases set the limit (3e-2 diverges, as for BitFit alone).
 IA3_RECIPE = RecipeMethod("ia3", build_ia3, IA3Arguments, default_learning_rate=3e-2,
                           help="ia3: (IA)³ scaling vectors (peft) + head")

@@ -79,7 +79,7 @@ def merged_weight(layer: nn.Module) -> torch.Tensor:
     return (base.detach() + layer.get_delta_weight(ADAPTER_NAME).detach().to(base.dtype)).to("cpu")
 
 
-# ---- AdapterBank hooks (MethodSpec.bank_modules / bank_attach / bank_switch) ------------------------------
+# ---- AdapterBank hooks (Method.bank_modules / bank_attach / bank_switch) ------------------------------
 
 
 def bank_modules(tensor_names: Iterable[str]) -> List[str]:

@@ -44,8 +44,13 @@ def build_bitfit_lora(common: CommonFlags, own: LoraArguments) -> BitFitLoraConf
     return config(bias_selection(common), common, own)
 
 
+# Default learning rates (without --learning_rate) come from benchmarks/lr_sweep.py on the GLUE recipe's default
+# budget (300 steps; a dev split carved from the training data, two seeds at each method's two best rates); they are
+# rates for short runs. The table (benchmarks/results/lr_sweep.md) has every rate's score.
+# 1e-2 diverges for lora and bitfit_lora.
 RECIPE = (
-    RecipeMethod("lora", build_lora, LoraArguments, help="lora: LoRA (peft) on --lora_target_modules + head"),
+    RecipeMethod("lora", build_lora, LoraArguments, help="lora: LoRA (peft) on --lora_target_modules + head",
+                 default_learning_rate=3e-3),
     RecipeMethod("bitfit_lora", build_bitfit_lora, LoraArguments, help="bitfit_lora: bias terms + head + LoRA",
-                 bias_terms=True),
+                 bias_terms=True, default_learning_rate=3e-3),
 )

@@ -21,7 +21,7 @@ from bitfit_hf.tuners.grad_mask import GradMask
 from bitfit_hf.tuners.random_subset.config import RandomSubsetConfig
 from bitfit_hf.tuners.random_subset.draw import candidate_weights, draw_rows_cols, draw_uniform
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, match_role, roles_for
-from bitfit_hf.tuners.state import get_bitfit_state, set_tuner_state
+from bitfit_hf.tuners.state import get_tuner_state, set_tuner_state
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.fingerprint import base_fingerprint
 from bitfit_hf.utils.names import is_under
@@ -85,7 +85,7 @@ def apply_random_subset(model: nn.Module, config: Optional[RandomSubsetConfig] =
             "whose entries are masked. Use DDP or ZeRO-1/2 (accelerate_configs/cpu_ddp.yaml, "
             "cpu_deepspeed_zero2.yaml) for the random baselines."
         )
-    previous = get_bitfit_state(model)
+    previous = get_tuner_state(model)
     if previous is not None:
         for handle in previous.mask_handles:
             handle.remove()

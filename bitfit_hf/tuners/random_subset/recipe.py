@@ -36,7 +36,10 @@ HELP = ("rand_uniform / rand_row_col: the paper's random baselines, as many rand
         "whole rows or columns) as the --match_bias_terms selection has, + head")
 HINT = "The random baselines take the selection to match as --match_bias_terms."
 # They train BitFit's number of scalars, at BitFit's rate: the comparison changes only *which* scalars.
+# Default learning rates (without --learning_rate) come from benchmarks/lr_sweep.py on the GLUE recipe's default
+# budget (300 steps; a dev split carved from the training data, two seeds at each method's two best rates); they are
+# rates for short runs. The table (benchmarks/results/lr_sweep.md) has every rate's score.
 RAND_UNIFORM = RecipeMethod("rand_uniform", builder(RandUniformConfig), RandomSubsetArguments, help=HELP, hint=HINT,
-                            learning_rate_like="bitfit")
+                            learning_rate_like="bitfit", default_learning_rate=3e-2)
 RAND_ROW_COL = RecipeMethod("rand_row_col", builder(RandRowColConfig), RandomSubsetArguments, help=HELP, hint=HINT,
-                            learning_rate_like="bitfit")
+                            learning_rate_like="bitfit", default_learning_rate=1e-2)
