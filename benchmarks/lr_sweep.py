@@ -41,6 +41,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Dict, List, Optional
 
+from jsonl_rows import append_row, read_rows
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RECIPE = os.path.join(ROOT, "recipes", "glue.py")
@@ -93,24 +95,10 @@ def cell_key(method: str, rate: float, seed: int) -> str:
 
 
 def read_results(path: str) -> Dict[str, dict]:
-    done: Dict[str, dict] = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                line = line.strip()
-                if line:
-                    row = json.loads(line)
-                    done[cell_key(row["method"], row["learning_rate"], row["seed"])] = row
-    return done
+    return read_rows(path, lambda row: cell_key(row["method"], row["learning_rate"], row["seed"]))
 
 
-def append_result(path: str, row: dict) -> None:
-    """One JSON line per finished cell, flushed and synced: a killed sweep loses at most the running cell."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(row, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+append_result = append_row
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:

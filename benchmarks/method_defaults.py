@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from typing import Dict, List, Optional
 
+from jsonl_rows import read_rows
 from lr_sweep import (
     VARIANTS,
     add_data_arguments,
@@ -52,17 +53,6 @@ from lr_sweep import (
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "glue.py")
 METHODS = [m for m in sweep_methods() if m not in VARIANTS] + list(VARIANTS)  # the recipes' methods, then variants
-
-
-def read_rows(path: str) -> Dict[str, dict]:
-    rows: Dict[str, dict] = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    row = json.loads(line)
-                    rows[row["method"]] = row
-    return rows
 
 
 def majority_share(labels: List[int]) -> float:
@@ -169,7 +159,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown:
         parser.error(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
     extra = ["--max_train_samples", "32", "--max_steps", "2", "--max_eval_samples", "16"] if args.quick else []
-    rows = read_rows(args.results)
+    rows = read_rows(args.results, lambda row: row["method"])
     if not args.report:
         check_results_data(parser, rows, data, args.results)
     threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))

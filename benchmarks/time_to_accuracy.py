@@ -53,6 +53,8 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Sequence
 
+from jsonl_rows import append_row, read_rows
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RECIPE = os.path.join(ROOT, "recipes", "glue.py")
@@ -164,26 +166,6 @@ def summarize(rows: Sequence[dict], targets: Dict[str, float]) -> Dict[str, dict
 
 def run_key(method: str, seed: int) -> str:
     return f"{method}|{seed}"
-
-
-def read_rows(path: str) -> Dict[str, dict]:
-    rows: Dict[str, dict] = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    row = json.loads(line)
-                    rows[run_key(row["method"], row["seed"])] = row
-    return rows
-
-
-def append_row(path: str, row: dict) -> None:
-    """One JSON line per finished run, synced: an interrupted table loses at most the run in progress."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(row, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def budget_flags(budget: dict) -> List[str]:
@@ -475,7 +457,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     extra = shlex.split(args.recipe_args)
     header = {"name": os.path.splitext(os.path.basename(args.results))[0], "eval_steps": budget["eval_steps"]}
     stamp = {"machine": machine_line(), "table_command": shlex.join(["python", "benchmarks/time_to_accuracy.py", *argv])}
-    rows = read_rows(args.results)
+    rows = read_rows(args.results, lambda row: run_key(row["method"], row["seed"]))
     if not args.report:
         other = {tuple(r.get("recipe_args", [])) for r in rows.values() if r["engine"] == "recipe"} - {tuple(extra)}
         if other:
