@@ -16,6 +16,8 @@ second call skips the cells already there.
     python benchmarks/lr_sweep.py --report                        # only rewrite the table from the JSONL
     python benchmarks/lr_sweep.py --quick                         # a tiny smoke run (not a sweep)
     python benchmarks/lr_sweep.py --methods bitfit,lora,full --seeds 0 --train_file train.csv   # your own data
+    python benchmarks/lr_sweep.py --model_name_or_path mpnet --recipe-args '--max_train_samples 1000' --jobs 8
+                                                                  # a base-size encoder (on a GPU: minutes)
 
 With ``--train_file`` (csv / tsv / json / jsonl with one or two text columns and a ``label`` column, as
 ``recipes/glue.py`` reads it) every cell trains on that file instead of the offline default data (all of it: the
@@ -102,19 +104,22 @@ append_result = append_row
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--train_file`` / ``--validation_file`` / ``--model_name_or_path``: compare the methods on the user's own data
-    and base (passed to the recipe)."""
+    """``--train_file`` / ``--validation_file`` / ``--model_name_or_path`` / ``--recipe-args``: compare the methods on
+    the user's own data, base and budget (passed to the recipe)."""
     parser.add_argument("--model_name_or_path", default=None,
                         help="train this base (Hub id, folder, or mpnet) instead of the recipe's all-MiniLM-L6-v2")
     parser.add_argument("--train_file", default=None,
                         help="train on this csv / tsv / json / jsonl file (one or two text columns and a label column, as "
                              "recipes/glue.py reads it) instead of the offline movie-review data")
     parser.add_argument("--validation_file", default=None, help="score on this file (same formats)")
+    parser.add_argument("--recipe-args", default="",
+                        help="more recipe flags for every cell, e.g. '--max_train_samples 1000' (a budget the CPU can run "
+                             "on a base-size model) or '--tf32 True'; recorded with each row like the data flags")
 
 
 def data_flags(parser: argparse.ArgumentParser, args: argparse.Namespace, needs_validation: bool) -> List[str]:
-    """The recipe's base and data flags for the user's own base and files (local paths made absolute), or none: the
-    recipe's defaults. Missing files and a half-given pair are the parser's one-line errors, before any run starts."""
+    """The recipe's base and data flags for the user's own base and files (local paths made absolute), then the
+    ``--recipe-args``; none: the recipe's defaults. Missing files and a half-given pair are the parser's one-line errors, before any run starts."""
     if args.validation_file and not args.train_file:
         parser.error("--validation_file scores runs trained on --train_file: give both (or neither, for the offline "
                      "default data).")
@@ -130,7 +135,7 @@ def data_flags(parser: argparse.ArgumentParser, args: argparse.Namespace, needs_
             if not os.path.isfile(path):
                 parser.error(f"--{name} {path}: no such file.")
             flags += [f"--{name}", os.path.abspath(path)]
-    return flags
+    return flags + shlex.split(getattr(args, "recipe_args", "") or "")
 
 
 def check_results_data(parser: argparse.ArgumentParser, rows: Dict[str, dict], flags: List[str], path: str) -> None:
@@ -250,14 +255,14 @@ def run_cells(cells, one, jobs: int) -> None:
 
 def default_paths(args, name: str) -> None:
     """Fill ``args.results`` / ``args.markdown`` when not given: ``results/NAME.jsonl`` and its ``.md``; for a
-    ``--quick`` smoke run a file in the temporary directory, and for the user's own ``--train_file`` one in
-    ``outputs/`` named after it (never the committed measurements)."""
+    ``--quick`` smoke run a file in the temporary directory, and for the user's own ``--train_file``, base or
+    ``--recipe-args`` one in ``outputs/`` named after it (never the committed measurements)."""
     if args.results is None:
         own = getattr(args, "train_file", None) or getattr(args, "model_name_or_path", None)
         if args.quick:
             args.results = os.path.join(tempfile.gettempdir(), f"{name}_quick.jsonl")
-        elif own:
-            stem = os.path.basename(own.rstrip("/")).split(".")[0] or "data"
+        elif own or getattr(args, "recipe_args", ""):
+            stem = os.path.basename((own or "custom").rstrip("/")).split(".")[0] or "data"
             args.results = os.path.join("outputs", f"{name}-{stem}.jsonl")
         else:
             args.results = os.path.join(HERE, "results", f"{name}.jsonl")

@@ -145,6 +145,27 @@ def test_another_base_reaches_the_recipe_and_names_the_results(benchmarks, recip
     capsys.readouterr()
 
 
+def test_recipe_args_reach_every_cell_and_keep_their_results_apart(benchmarks, recipe_calls, tmp_path, monkeypatch,
+                                                                     capsys):
+    """``--recipe-args`` (a smaller budget for a base-size model) reach each cell's command, are recorded with its row,
+    send the results to outputs/ (not the committed table), and a resumed sweep with other recipe flags is refused."""
+    lr_sweep, _ = benchmarks
+    monkeypatch.chdir(tmp_path)
+    argv = ["--methods", "bitfit", "--seeds", "0", "--model_name_or_path", "mpnet",
+            "--recipe-args", "--max_train_samples 1000 --tf32 True"]
+    assert lr_sweep.main(argv) == 0
+    assert recipe_calls and all(flag(c, "--max_train_samples") == "1000" and flag(c, "--tf32") == "True"
+                                for c in recipe_calls)
+    rows = [json.loads(line) for line in (tmp_path / "outputs" / "lr_sweep-mpnet.jsonl").read_text().splitlines()]
+    assert len(rows) == len(recipe_calls) and all(row["data"][-4:] == ["--max_train_samples", "1000", "--tf32", "True"]
+                                                  for row in rows)
+    recipe_calls.clear()
+    with pytest.raises(SystemExit):
+        lr_sweep.main(argv[:-1] + ["--max_train_samples 500"])
+    assert not recipe_calls
+    capsys.readouterr()
+
+
 def test_default_data_commands_are_unchanged(benchmarks, recipe_calls, tmp_path, capsys):
     """Without data flags the recipe gets exactly the committed tables' command lines."""
     lr_sweep, _ = benchmarks
