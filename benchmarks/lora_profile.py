@@ -1,5 +1,5 @@
 """Where BitFit + LoRA's step differs from LoRA alone and from BitFit: the operators of one training step of
-each, side by side (issue 27, item 3).
+each, side by side.
 
     python benchmarks/lora_profile.py                                  # all-MiniLM-L6-v2, batch 32, sequence 128
     python benchmarks/lora_profile.py --model bert-base --batch-size 2 --seq 16 --precision bf16

@@ -1,7 +1,8 @@
 """bitfit-hf: BitFit (bias-only fine-tuning, Ben Zaken et al., ACL 2022) for the Hugging Face stack.
 
-Layers, each importing only those below it (docs/ARCHITECTURE.md): ``tuners`` (methods) →
-``adapters`` (format and loading) → ``reporting`` / ``training`` → ``hub`` → ``recipe_kit`` → ``cli``.
+Layers, each importing only those below it (docs/ARCHITECTURE.md, checked by ``lint-imports``): ``utils`` →
+``data`` / ``metrics`` → ``tuners`` (methods) → ``adapters`` (format and loading) → ``inference`` → ``reporting`` →
+``training`` → ``hub`` → ``recipe_kit`` → ``study`` / ``serving`` → ``cli``.
 Public names are imported lazily, so ``bitfit-hf --help`` starts without loading torch.
 """
 

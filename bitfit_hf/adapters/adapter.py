@@ -33,8 +33,8 @@ from bitfit_hf.adapters.integrity import tensors_digest, verify_tensors
 from bitfit_hf.adapters.peft_format import load_peft_beft, peft_type_of
 from bitfit_hf.adapters.remote import remote_store
 from bitfit_hf.tuners import apply_method, method_spec, released
-from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.tuners.peft_layers import is_wrapped_base_tensor
+from bitfit_hf.tuners.registry import method_fields
 from bitfit_hf.tuners.state import get_tuner_state, trainable_state_dict, unwrap
 from bitfit_hf.utils.base_loading import describe_base_loading
 from bitfit_hf.utils.constants import CONFIG_NAME, SUMMARY_NAME, WEIGHTS_NAME, __version__
@@ -371,13 +371,6 @@ def _warn_stale_config(directory: str, config_path: str, error: Optional[Excepti
         "python -c \"from bitfit_hf import BitFitAdapter as A; A.from_pretrained(%r).save_pretrained(%r)\"",
         config_path, what, WEIGHTS_NAME, directory, directory,
     )
-
-
-def method_fields(config) -> dict:
-    """The fields a method adds to :class:`BitFitConfig` (stored as ``method_config``); none for BitFit.
-    Training-only fields (learning rates, ``save_full_model``) are left out."""
-    common = set(BitFitConfig.__dataclass_fields__)
-    return {k: v for k, v in config.to_dict().items() if k not in common and not k.endswith("learning_rate")}
 
 
 def read_safetensors(path: str):

@@ -10,6 +10,7 @@ builds its config from the rest (``RecipeMethod.build``).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 
@@ -66,6 +67,12 @@ class MethodArguments:
     )
 
     def bitfit_config(self):
+        """Deprecated name of :meth:`method_config`."""
+        warnings.warn("BitFitArguments.bitfit_config() is deprecated: use method_config() (any method's config).",
+                      FutureWarning, stacklevel=2)
+        return self.method_config()
+
+    def method_config(self):
         """The method config for ``--method`` and its flags (checked; raises RecipeError): what the method's
         ``build`` makes of the flags every method sees and of its own (``tuners/<method>/recipe.py``)."""
         recipe = self.recipes.get(self.method)

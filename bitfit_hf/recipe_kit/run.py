@@ -112,7 +112,7 @@ def log_run_header(parsed: ParsedArgs, recipe: str, config: Any = None) -> None:
         shown = ", ".join(f"{k}={v}" for k, v in parsed.applied_defaults.items())
         logger.info("Recipe defaults (override any with its flag): %s", shown)
     logger.info("method=%s selection=%s learning_rate=%g output_dir=%s", parsed.bitfit.method,
-                describe_method(config if config is not None else parsed.bitfit.bitfit_config()), args.learning_rate, args.output_dir)
+                describe_method(config if config is not None else parsed.bitfit.method_config()), args.learning_rate, args.output_dir)
 
 
 def start_run(data_class, defaults: RecipeDefaults, argv=None):
@@ -132,7 +132,7 @@ def start_run(data_class, defaults: RecipeDefaults, argv=None):
     check_base_loading(parsed.model)  # --load_in_4bit on a CPU fails here, before any loading
     setup_logging(parsed.training)
     use_available_cpu_threads()  # `accelerate launch` alone gives a CPU process one thread
-    method_config = parsed.bitfit.bitfit_config()
+    method_config = parsed.bitfit.method_config()
     check_frozen_dtype(parsed.training, method_config)
     log_run_header(parsed, defaults.recipe, method_config)
     check_output_dir(parsed.training)  # an earlier run's outputs: refused before anything is loaded or written

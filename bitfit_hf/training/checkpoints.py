@@ -135,8 +135,8 @@ _FLAGS = {"bias_terms": "--bias_terms", "patterns": "--bias_patterns", "train_he
 def _selection_fields(config: Any, method: str) -> Dict[str, Any]:
     """``{flag: value}`` of the fields that decide what ``config`` (a method config or an adapter config) trains;
     learning rates, dropout and saving options are left out (a resume may change them)."""
-    from bitfit_hf.adapters.adapter import method_fields
     from bitfit_hf.tuners import METHODS
+    from bitfit_hf.tuners.registry import method_fields
 
     spec = METHODS.get(method)
     renamed = dict(spec.flags) if spec is not None else {}  # the method's own spelling of a field's flag
@@ -146,7 +146,7 @@ def _selection_fields(config: Any, method: str) -> Dict[str, Any]:
         if value is not None:
             flag = renamed.get(key, flag)
             found[flag] = [value] if isinstance(value, str) else value
-    extra = config.method_config if hasattr(config, "method_config") else method_fields(config)
+    extra = method_fields(config)
     for key, value in (extra or {}).items():
         if "learning_rate" in key or "dropout" in key or key in ("head_modules", "save_full_model"):
             continue

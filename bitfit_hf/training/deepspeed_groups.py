@@ -1,4 +1,5 @@
-"""DeepSpeed's own optimizer (a config ``"optimizer"`` block) trains exactly BitFit's parameter groups, or is refused."""
+"""DeepSpeed's own optimizer (a config ``"optimizer"`` block) trains exactly the method's parameter groups (their
+per-role rates and weight decay), or is refused."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from bitfit_hf.training.launch_checks import LaunchError, check_deepspeed_optimi
 logger = logging.getLogger("bitfit_hf")
 
 
-def keep_bitfit_groups_in_deepspeed_optimizer(trainer, dummy) -> Any:
-    """Give DeepSpeed's own optimizer (a config ``"optimizer"`` block) BitFit's parameter groups.
+def keep_trained_groups_in_deepspeed_optimizer(trainer, dummy) -> Any:
+    """Give DeepSpeed's own optimizer (a config ``"optimizer"`` block) the method's parameter groups.
 
     ``transformers`` hands DeepSpeed every parameter that requires grad as one group, so the config's
     ``weight_decay`` would hit every bias and ``bias_learning_rate`` / ``head_learning_rate`` would be
-    lost. This replaces that list by BitFit's groups (each with its ``lr`` and ``weight_decay``), after
+    lost. This replaces that list by the method's groups (each with its ``lr`` and ``weight_decay``), after
     checking that they hold exactly the same tensors; DeepSpeed builds the optimizer type its config
     names over them. Returns ``dummy``.
     """

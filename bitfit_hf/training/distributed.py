@@ -5,7 +5,7 @@ User scripts import these from here; the code lives in one module per job:
 * :mod:`bitfit_hf.training.launcher`: which launcher started this process and what it asked for.
 * :mod:`bitfit_hf.training.backend`: the device backend (``use_cpu`` without CUDA) and CPU threads.
 * :mod:`bitfit_hf.training.launch_checks`: :class:`LaunchError` for launches that exit 0 while training wrongly.
-* :mod:`bitfit_hf.training.deepspeed_groups`: a DeepSpeed ``"optimizer"`` block trains BitFit's groups.
+* :mod:`bitfit_hf.training.deepspeed_groups`: a DeepSpeed ``"optimizer"`` block trains the method's groups.
 * :mod:`bitfit_hf.training.eval_wrapping`: ``evaluate()`` before ``train()`` leaves the model trainable.
 
 ``python -m bitfit_hf.training.distributed`` prints what the current launch resolves to.

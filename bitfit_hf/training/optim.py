@@ -1,4 +1,4 @@
-"""Optimizer parameter groups for a BitFit selection.
+"""Optimizer parameter groups for a method's selection.
 
 Biases never take weight decay (the paper trains them without it); other selected tensors (the head's
 weights, weights chosen by ``patterns``) follow ``Trainer``'s decay rule. Each group carries its own

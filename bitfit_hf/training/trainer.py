@@ -31,7 +31,7 @@ from bitfit_hf.training.checkpoints import (
     mark_complete,
     resolve_resume_checkpoint,
 )
-from bitfit_hf.training.deepspeed_groups import is_deepspeed_dummy_optimizer, keep_bitfit_groups_in_deepspeed_optimizer
+from bitfit_hf.training.deepspeed_groups import is_deepspeed_dummy_optimizer, keep_trained_groups_in_deepspeed_optimizer
 from bitfit_hf.training.eval_wrapping import reset_evaluation_wrapping, zero12_evaluation_before_training
 from bitfit_hf.training.frozen_dtype import cast_frozen_weights, resolve_frozen_dtype
 from bitfit_hf.training.launch_checks import check_trainer_launch
@@ -201,7 +201,7 @@ class BitFitTrainerBase(Trainer):
         return self.trained_parameter_groups(model)
 
     def create_optimizer(self, model=None):
-        optimizer = self._create_bitfit_optimizer(model)
+        optimizer = self._create_method_optimizer(model)
         # Methods that train some entries of a tensor; DeepSpeed steps flat copies instead (there the
         # gradient masks and zero-decay groups keep those entries).
         if not self.is_deepspeed_enabled and not is_deepspeed_dummy_optimizer(optimizer):
@@ -209,10 +209,10 @@ class BitFitTrainerBase(Trainer):
             compact_sparse_state(optimizer, self.model, self.tuner_state)  # optimizer.pt: trained entries only
         return optimizer
 
-    def _create_bitfit_optimizer(self, model=None):
+    def _create_method_optimizer(self, model=None):
         if is_deepspeed_dummy_optimizer(self.optimizer) and not self.method_config.is_full_finetuning:
             # The DeepSpeed config has an "optimizer" block: DeepSpeed builds it, over BitFit's groups.
-            return keep_bitfit_groups_in_deepspeed_optimizer(self, self.optimizer)
+            return keep_trained_groups_in_deepspeed_optimizer(self, self.optimizer)
         if self.optimizer is not None or self.method_config.is_full_finetuning:
             return super().create_optimizer(model) if self.optimizer is None else self.optimizer
         opt_model = self.model if model is None else model

@@ -4,7 +4,7 @@ A method folder declares, in its ``recipe.py``, one :class:`RecipeMethod` per ``
 (the ``bitfit`` folder also answers to ``full`` and ``frozen``, ``bitfit_lora`` to ``lora``): a plain dataclass of
 its own flags (``HfArgumentParser`` fields with their help texts) and ``build(common, own)``, which makes its config
 from the flags every method sees (:class:`CommonFlags`) and its own. The method's registration exposes them
-(``Method.recipe``). ``recipe_kit/args.py`` composes every method's flags into the recipes'
+(``Method.recipe``). ``recipe_kit/method_args.py`` composes every method's flags into the recipes'
 ``BitFitArguments``, refuses a method's flags given to another method (naming the methods that take them) and names
 no method itself.
 

@@ -292,7 +292,7 @@ def test_optimizer_block_over_other_parameters_is_refused(trainer):
     frozen = next(p for p in trainer.model.parameters() if not p.requires_grad)
     trainable = [p for p in trainer.model.parameters() if p.requires_grad]
     with pytest.raises(C.LaunchError, match="differ from BitFit's selection"):
-        G.keep_bitfit_groups_in_deepspeed_optimizer(trainer, DummyOptim(params=trainable + [frozen]))
+        G.keep_trained_groups_in_deepspeed_optimizer(trainer, DummyOptim(params=trainable + [frozen]))
 
 
 def test_scheduler_block_with_group_lrs_is_refused(trainer, monkeypatch):

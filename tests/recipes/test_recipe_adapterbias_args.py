@@ -14,7 +14,7 @@ def test_adapterbias_defaults_to_the_swept_learning_rate():
     parsed = parse("--method", "adapterbias")
     assert parsed.training.learning_rate == 1e-2
     assert parsed.training.output_dir.endswith("-adapterbias")
-    config = parsed.bitfit.bitfit_config()
+    config = parsed.bitfit.method_config()
     assert isinstance(config, AdapterBiasConfig) and not config.share_alpha
     assert parse("--method", "adapterbias", "--learning_rate", "3e-4").training.learning_rate == 3e-4
 
@@ -22,7 +22,7 @@ def test_adapterbias_defaults_to_the_swept_learning_rate():
 def test_share_alpha_gets_its_own_output_folder_and_config():
     parsed = parse("--method", "adapterbias", "--share_alpha", "--head_learning_rate", "1e-3")
     assert parsed.training.output_dir.endswith("-adapterbias-shared")
-    config = parsed.bitfit.bitfit_config()
+    config = parsed.bitfit.method_config()
     assert config.share_alpha and config.head_learning_rate == 1e-3
 
 
@@ -33,4 +33,4 @@ def test_share_alpha_gets_its_own_output_folder_and_config():
 ])
 def test_bitfit_only_flags_are_refused(argv, message):
     with pytest.raises(RecipeError, match=message):
-        parse(*argv).bitfit.bitfit_config()
+        parse(*argv).bitfit.method_config()

@@ -104,13 +104,13 @@ def test_arguments_file(tmp_path):
 
 def test_bias_terms_and_method():
     _, _, bitfit, _ = parse("--bias_terms", "b_q", "b_m2")
-    config = bitfit.bitfit_config()
+    config = bitfit.method_config()
     assert config.bias_terms == ["b_q", "b_m2"]
     _, _, bitfit, _ = parse("--bias_terms", "paper-subset", "--no_train_head")
-    config = bitfit.bitfit_config()
+    config = bitfit.method_config()
     assert config.bias_terms == ["paper-subset"] and config.train_head is False
-    assert BitFitArguments(method="full").bitfit_config().is_full_finetuning
-    assert BitFitArguments(method="frozen").bitfit_config().bias_terms == ["frozen"]
+    assert BitFitArguments(method="full").method_config().is_full_finetuning
+    assert BitFitArguments(method="frozen").method_config().bias_terms == ["frozen"]
 
 
 @pytest.mark.parametrize(
@@ -124,7 +124,7 @@ def test_bias_terms_and_method():
 )
 def test_bad_bitfit_arguments(kwargs, message):
     with pytest.raises(RecipeError, match=message):
-        BitFitArguments(**kwargs).bitfit_config()
+        BitFitArguments(**kwargs).method_config()
 
 
 def test_unknown_method_is_refused():
@@ -139,15 +139,15 @@ def test_bitfit_lora_method_and_flags():
                    "--lora_learning_rate", "5e-4", "--bias_terms", "b_q", "b_v")
     assert parsed.training.learning_rate == DEFAULT_LEARNING_RATES["bitfit_lora"]
     assert parsed.training.output_dir.endswith("demo-sst2-bitfit_lora")
-    config = parsed.bitfit.bitfit_config()
+    config = parsed.bitfit.method_config()
     assert isinstance(config, BitFitLoraConfig)
     assert (config.lora_r, config.lora_alpha, config.lora_dropout) == (4, 16, 0.1)
     assert config.lora_target_modules == ["query", "key"] and config.bias_terms == ["b_q", "b_v"]
     assert config.learning_rate_for("lora") == 5e-4
     with pytest.raises(RecipeError, match="--lora_\\* flags apply to --method lora / bitfit_lora only"):
-        BitFitArguments(lora_target_modules=["query"]).bitfit_config()
+        BitFitArguments(lora_target_modules=["query"]).method_config()
     with pytest.raises(RecipeError, match="lora_r"):
-        BitFitArguments(method="bitfit_lora", lora_r=0).bitfit_config()
+        BitFitArguments(method="bitfit_lora", lora_r=0).method_config()
 
 
 def test_lora_method_trains_no_bias():
@@ -156,10 +156,10 @@ def test_lora_method_trains_no_bias():
     parsed = parse("--method", "lora", "--lora_r", "4")
     assert parsed.training.learning_rate == DEFAULT_LEARNING_RATES["lora"]
     assert parsed.training.output_dir.replace("\\", "/") == "outputs/demo-sst2-lora"
-    config = parsed.bitfit.bitfit_config()
+    config = parsed.bitfit.method_config()
     assert isinstance(config, BitFitLoraConfig) and config.bias_terms == ["frozen"] and config.lora_r == 4
     with pytest.raises(RecipeError, match="applies to --method bitfit only"):
-        BitFitArguments(method="lora", bias_terms=["b_q"]).bitfit_config()
+        BitFitArguments(method="lora", bias_terms=["b_q"]).method_config()
 
 
 @pytest.mark.parametrize("method", ["rand_uniform", "rand_row_col"])
@@ -170,17 +170,17 @@ def test_random_baseline_flags(method):
                    "--layerwise_lr_decay", "0.9")
     assert parsed.training.learning_rate == DEFAULT_LEARNING_RATES[method]  # each random baseline's own swept rate
     assert parsed.training.output_dir.replace("\\", "/") == f"outputs/demo-sst2-{method}"
-    config = parsed.bitfit.bitfit_config()
+    config = parsed.bitfit.method_config()
     assert isinstance(config, RandomSubsetConfig) and config.method == method
     assert config.random_seed == 5 and config.bias_terms == ["b_q", "b_m2"] and config.layerwise_lr_decay == 0.9
-    assert parse("--method", method).bitfit.bitfit_config().bias_terms == ["all"]
+    assert parse("--method", method).bitfit.method_config().bias_terms == ["all"]
     defaults = RecipeDefaults(recipe="demo", offline_dataset="movie_reviews", offline_learning_rates={"bitfit": 5e-3})
     assert parse_recipe_args(_Data, defaults, ["--method", method]).training.learning_rate == 5e-3  # BitFit's
 
 
 def test_bias_family_flags():
     config = parse("--bias_terms", "one-d", "--layerwise_lr_decay", "0.8", "--add_missing_biases",
-                   "--added_bias_init", "normal:0,0.02").bitfit.bitfit_config()
+                   "--added_bias_init", "normal:0,0.02").bitfit.method_config()
     assert config.bias_terms == ["one-d"] and config.layerwise_lr_decay == 0.8
     assert config.add_missing_biases and config.added_bias_init == "normal:0,0.02"
 
@@ -197,7 +197,7 @@ def test_bias_family_flags():
 )
 def test_bad_bias_family_arguments(kwargs, message):
     with pytest.raises(RecipeError, match=message):
-        BitFitArguments(**kwargs).bitfit_config()
+        BitFitArguments(**kwargs).method_config()
 
 
 def test_an_unknown_flag_is_a_clear_error_with_the_nearest_known_one(tmp_path):

@@ -16,7 +16,7 @@ def test_ia3_trains_vectors_and_head_no_bias():
     parsed = parse("--method", "ia3")
     assert parsed.training.learning_rate == DEFAULT_LEARNING_RATES["ia3"]
     assert parsed.training.output_dir.replace("\\", "/") == "outputs/demo-sst2-ia3"
-    config = parsed.bitfit.bitfit_config()
+    config = parsed.bitfit.method_config()
     assert type(config) is IA3Config and config.bias_terms == ["frozen"]
     assert config.ia3_target_modules is None and config.ia3_feedforward_modules is None  # the paper's modules
 
@@ -27,11 +27,11 @@ def test_bitfit_ia3_flags():
                    "--learning_rate", "2e-3")
     assert parsed.training.learning_rate == 2e-3 and parsed.training.output_dir.endswith("-bitfit_ia3")
     assert parse("--method", "bitfit_ia3").training.learning_rate == DEFAULT_LEARNING_RATES["bitfit_ia3"]
-    config = parsed.bitfit.bitfit_config()
+    config = parsed.bitfit.method_config()
     assert type(config) is BitFitIA3Config and config.bias_terms == ["b_q", "b_v"]
     assert config.ia3_target_modules == ["value", "output.dense"] and config.ia3_feedforward_modules == ["output.dense"]
     assert config.learning_rate_for(IA3) == 1e-2 and config.learning_rate_for("b_q") is None
-    assert parse("--method", "bitfit_ia3").bitfit.bitfit_config().bias_terms == ["all"]
+    assert parse("--method", "bitfit_ia3").bitfit.method_config().bias_terms == ["all"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -46,12 +46,12 @@ def test_bitfit_ia3_flags():
 ])
 def test_flags_of_other_methods_and_bad_values_are_refused(argv, message):
     with pytest.raises(RecipeError, match=message):
-        parse(*argv).bitfit.bitfit_config()
+        parse(*argv).bitfit.method_config()
 
 
 def test_empty_target_list_is_refused():
     with pytest.raises(RecipeError, match="ia3_target_modules is empty"):
-        BitFitArguments(method="ia3", ia3_target_modules=[" "]).bitfit_config()
+        BitFitArguments(method="ia3", ia3_target_modules=[" "]).method_config()
 
 
 TINY = ["--max_train_samples", "32", "--max_eval_samples", "32", "--max_steps", "2",

@@ -61,10 +61,10 @@ def test_every_method_has_its_flags_and_a_learning_rate():
 
 def test_a_new_method_gets_its_flags_choice_and_help(with_toy):
     args = parse(with_toy, "--method", "toy", "--toy_scale", "2.5", "--head_learning_rate", "1e-3")
-    assert args.bitfit_config() == ("toy", True, 1e-3, 2.5)
+    assert args.method_config() == ("toy", True, 1e-3, 2.5)
     method = next(f for f in dataclasses.fields(with_toy) if f.name == "method")
     assert method.metadata["choices"][-1] == "toy" and "; toy: a toy method. The" in method.metadata["help"]
-    assert parse(with_toy).bitfit_config().bias_terms == ["all"]  # bitfit by default, as before
+    assert parse(with_toy).method_config().bias_terms == ["all"]  # bitfit by default, as before
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -77,7 +77,7 @@ def test_a_new_method_gets_its_flags_choice_and_help(with_toy):
 ])
 def test_a_new_method_is_refused_and_refuses_like_the_others(with_toy, argv, message):
     with pytest.raises(RecipeError, match=message):
-        parse(with_toy, *argv).bitfit_config()
+        parse(with_toy, *argv).method_config()
 
 
 def test_a_flag_two_methods_declare_is_a_programming_error():
@@ -94,7 +94,7 @@ def test_a_flag_two_methods_declare_is_a_programming_error():
 
 def test_unknown_method_built_directly_is_refused():
     with pytest.raises(RecipeError, match="--method 'prefix_tuning': choose one of bitfit, full, frozen"):
-        BitFitArguments(method="prefix_tuning").bitfit_config()
+        BitFitArguments(method="prefix_tuning").method_config()
 
 
 TOY_RUN = textwrap.dedent('''
@@ -126,7 +126,7 @@ TOY_RUN = textwrap.dedent('''
     defaults = RecipeDefaults(recipe="demo", offline_dataset="movie_reviews")
     parsed = parse_recipe_args(DataArguments, defaults, sys.argv[1:])
     print(json.dumps({"lr": parsed.training.learning_rate, "out": parsed.training.output_dir,
-                      "terms": parsed.bitfit.bitfit_config().bias_terms}))
+                      "terms": parsed.bitfit.method_config().bias_terms}))
 ''')
 
 

@@ -225,12 +225,12 @@ def test_bad_values_are_refused(fields):
 
 
 def test_recipe_flags():
-    config = BitFitArguments(method="adapterbias", l0_lambda=1e-3).bitfit_config()
+    config = BitFitArguments(method="adapterbias", l0_lambda=1e-3).method_config()
     assert config.l0_lambda == 1e-3 and config.l0_learning_rate == 0.1
-    assert BitFitArguments(method="adapterbias", l0_lambda=1e-3, l0_learning_rate=0.05).bitfit_config().l0_learning_rate == 0.05
+    assert BitFitArguments(method="adapterbias", l0_lambda=1e-3, l0_learning_rate=0.05).method_config().l0_learning_rate == 0.05
     with pytest.raises(RecipeError, match="--l0_lambda.*>= 0"):
-        BitFitArguments(method="adapterbias", l0_lambda=-1.0).bitfit_config()
+        BitFitArguments(method="adapterbias", l0_lambda=-1.0).method_config()
     with pytest.raises(RecipeError, match="--l0_lambda applies to --method adapterbias only"):
-        BitFitArguments(method="bitfit", l0_lambda=1e-3).bitfit_config()
+        BitFitArguments(method="bitfit", l0_lambda=1e-3).method_config()
     with pytest.raises(RecipeError, match="only --l0_lambda > 0 adds"):
-        BitFitArguments(method="adapterbias", l0_learning_rate=0.05).bitfit_config()
+        BitFitArguments(method="adapterbias", l0_learning_rate=0.05).method_config()

@@ -70,3 +70,12 @@ def test_method_spec_builds_a_method_and_warns():
     model = tiny_model("bert", num_labels=2)
     assert spec.apply(model, BitFitConfig()).selection.parameter_names
     assert tensor_role_of("old_style", "a.x") is None  # not registered: the registry does not know it
+
+
+def test_recipe_arguments_bitfit_config_warns():
+    from bitfit_hf.recipe_kit.args import BitFitArguments
+
+    arguments = BitFitArguments(method="bitfit_lora", lora_r=4)
+    with pytest.warns(FutureWarning, match="use method_config"):
+        old = arguments.bitfit_config()
+    assert old == arguments.method_config() and old.lora_r == 4

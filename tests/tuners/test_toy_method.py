@@ -151,7 +151,7 @@ def test_a_toy_method_trains_saves_reloads_and_shows_everywhere(toy, tmp_path, c
     assert "toy_qv" in method_field.metadata["choices"] and "toy_qv: the query and value biases" in method_field.metadata["help"]
     parsed = recipe_args.parse_recipe_args(recipe_args.DataArguments, recipe_args.RecipeDefaults(
         recipe="demo", offline_dataset="movie_reviews"), ["--method", "toy_qv", "--output_dir", str(tmp_path / "run")])
-    assert parsed.training.learning_rate == 5e-3 and parsed.bitfit.bitfit_config() == config
+    assert parsed.training.learning_rate == 5e-3 and parsed.bitfit.method_config() == config
 
     card = build_model_card(adapter, "me/tiny-toy").content
     assert "**Toy QV** adapter" in card and "the query and value biases + head" in card
