@@ -1,4 +1,4 @@
-"""Shared logic of the training recipes in ``recipes/`` (``glue.py``, ``pos.py``, ``squad.py``).
+"""Shared logic of the training recipes in ``recipes/`` (``glue.py``, ``pos.py``, ``squad.py``, ``clm.py``).
 
 * :mod:`.args` -- parsing the arguments and the default rules (learning rate per method, CPU backend, offline
   default data); the argument dataclasses live in :mod:`.arg_groups` (model, data, training) and
