@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
 
 def describe(adapter, folder: str) -> List[Tuple[str, str]]:
     """The rows ``info`` prints, as (label, text) pairs."""
-    from bitfit_hf.reporting.model_card import human_size, summary_from_adapter
+    from bitfit_hf.reporting.card_sections import human_size
+    from bitfit_hf.reporting.model_card import summary_from_adapter
     from bitfit_hf.utils.constants import SUMMARY_NAME, WEIGHTS_NAME
     from bitfit_hf.utils.io import read_json_object
 

@@ -339,7 +339,7 @@ def publishable_adapter(adapter, base_model: Optional[str] = None):
     """The adapter as it should appear on the Hub: without load-time metadata (``resolved_commit``),
     and with the base model's Hub id when it records only a local path (``base_model`` overrides)."""
     from bitfit_hf.adapters.adapter import BitFitAdapter
-    from bitfit_hf.reporting.model_card import hub_base_model_id
+    from bitfit_hf.reporting.card_metadata import hub_base_model_id
 
     base_id = hub_base_model_id(adapter.config, base_model)
     data = adapter.config.to_dict()

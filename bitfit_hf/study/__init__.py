@@ -12,6 +12,7 @@
 * :mod:`~bitfit_hf.study.compare`: differences paired over seeds, judged against seed noise;
 * :mod:`~bitfit_hf.study.claims`: the paper's claims 1-8 and the rules that judge them;
 * :mod:`~bitfit_hf.study.param_counts`: claim 1 from model configurations alone;
-* :mod:`~bitfit_hf.study.report` / :mod:`~bitfit_hf.study.figures`: ``report.md``, ``results.json``, PNGs;
+* :mod:`~bitfit_hf.study.results` (the content of ``results.json``), :mod:`~bitfit_hf.study.markdown` (``report.md``),
+  :mod:`~bitfit_hf.study.figures` (PNGs) and :mod:`~bitfit_hf.study.report` (writes them);
 * :mod:`~bitfit_hf.study.command`: ``python -m bitfit_hf.study`` and ``bitfit-hf study``.
 """

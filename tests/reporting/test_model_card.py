@@ -20,17 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub"))  # the test
 from hub_test_support import hf_home, hub_server, hub_server_factory, run, snippet  # noqa: E402, F401 - fixtures
 
 from bitfit_hf import BitFitAdapter, BitFitConfig, apply_bitfit
+from bitfit_hf.reporting.card_metadata import PIPELINE_TAGS, hub_base_model_id
+from bitfit_hf.reporting.card_sections import BITFIT_CITATION
 from bitfit_hf.reporting.eval_results import eval_rows
 from bitfit_hf.reporting.heatmap import BiasChange, bias_change, classify, read_checkpoint_biases, snapshot_biases
-from bitfit_hf.reporting.model_card import (
-    BITFIT_CITATION,
-    PIPELINE_TAGS,
-    build_model_card,
-    hub_base_model_id,
-    summary_from_adapter,
-    template_path,
-    write_model_card_files,
-)
+from bitfit_hf.reporting.model_card import build_model_card, summary_from_adapter, template_path, write_model_card_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE_SHIFTS = {"b_q": 0.4, "b_k": 0.01, "b_v": 0.05, "b_m1": 0.02, "b_LN1": 0.03, "b_m2": 0.3, "b_m3": 0.04,

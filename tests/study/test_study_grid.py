@@ -417,7 +417,7 @@ def test_sweep_factors_widen_the_grid_from_the_command_line(tmp_path, capsys):
 
 def test_the_report_says_where_its_cells_ran_when_it_is_rebuilt_elsewhere():
     from bitfit_hf.study.machine import cell_environments
-    from bitfit_hf.study.report import machine_lines
+    from bitfit_hf.study.markdown import machine_lines
 
     gpu = {"platform": "Linux-6.18-x86_64", "cpu_count": 16, "cuda": "NVIDIA H200", "python": "3.12.3",
            "torch": "2.11.0+cu130", "transformers": "5.24.0"}
