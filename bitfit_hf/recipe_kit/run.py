@@ -36,6 +36,7 @@ from bitfit_hf.recipe_kit.args import (
 )
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.recipe_kit.output_dir import check_output_dir, claim_output_dir, release_output_dir
+from bitfit_hf.training.backend import release_process_group
 from bitfit_hf.training.checkpoints import (
     check_resume_config,
     check_same_training,
@@ -420,8 +421,9 @@ def write_run_args(parsed: ParsedArgs, output_dir: str) -> None:
 def cli_entry(main: Callable[[], Any]) -> None:
     """Run a recipe's ``main``; bad input (any :class:`~bitfit_hf.utils.errors.UserError`: a recipe
     flag, a missing asset, a bad adapter, a Hub refusal) prints one ``error:`` line and exits with
-    status 2 instead of a traceback."""
+    status 2 instead of a traceback. A run that finished destroys its process groups (under a launcher)."""
     try:
         exit_on_user_error(main, os.path.basename(sys.argv[0]))
+        release_process_group()
     finally:
         release_output_dir()  # the run's lock, whatever way it ended

@@ -131,3 +131,15 @@ def torch_extensions_dir() -> str:
     return os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "bitfit_hf", "torch_extensions"
     )
+
+
+def release_process_group() -> bool:
+    """Destroy torch.distributed's process groups at the end of a run that finished, as PyTorch asks of every
+    training process: groups left to interpreter teardown can abort a run after its work is saved
+    ("terminate called without an active exception"). A no-op in a single process; returns whether a group
+    was destroyed."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    dist.destroy_process_group()
+    return True
