@@ -32,6 +32,7 @@ torch, same sampler).
     python benchmarks/time_to_accuracy.py --methods full,bitfit --seeds 0     # a part of it (resumable)
     python benchmarks/time_to_accuracy.py --report                            # rewrite the table from the JSONL
     python benchmarks/time_to_accuracy.py --quick                             # smoke run: tiny budget, 1 seed
+    python benchmarks/time_to_accuracy.py --methods adapter@1e-3              # the adapter row at another rate
 
 Results: one JSON line per finished run (its whole evaluation log) in ``results/time_to_accuracy-<name>.jsonl``;
 a second call skips the runs already there. The table: ``results/time_to_accuracy-<name>.md``.
@@ -66,6 +67,8 @@ METHODS = RECIPE_METHODS + ["adapter"]
 #: AdapterHub's documented rate for adapters (docs.adapterhub.ml/training.html: "a default adapter learning rate
 #: of 1e-4 works well for most settings"; their run_glue example uses it).
 ADAPTER_LEARNING_RATE = 1e-4
+#: ``adapter@RATE`` in ``--methods`` runs the adapter row at another rate (a row of its own).
+ADAPTER_AT = "adapter@"
 #: The GLUE recipe's default budget on its offline data (passed explicitly so the cadence below is exact).
 TRAIN_SAMPLES, BATCH_SIZE, EPOCHS, DEV_SIZE = 3200, 32, 3, 1000
 #: What ``--adapter-venv --create-venv`` installs; torch pinned to the main environment's CPU build.
@@ -164,6 +167,20 @@ def summarize(rows: Sequence[dict], targets: Dict[str, float]) -> Dict[str, dict
 # --------------------------------------------------------------------------- running
 
 
+def adapter_rate(method: str) -> Optional[float]:
+    """The learning rate of an adapter row (``adapter``: AdapterHub's documented rate; ``adapter@3e-4``: that
+    rate), or None for a recipe method."""
+    if method == "adapter":
+        return ADAPTER_LEARNING_RATE
+    if method.startswith(ADAPTER_AT):
+        try:
+            rate = float(method[len(ADAPTER_AT):])
+        except ValueError:
+            return None
+        return rate if rate > 0 else None
+    return None
+
+
 def run_key(method: str, seed: int) -> str:
     return f"{method}|{seed}"
 
@@ -246,11 +263,11 @@ def run_recipe(method: str, seed: int, budget: dict, threads: int, extra: List[s
         return _run(command, out, method, seed, threads, ["python", "recipes/glue.py", *flags], "recipe")
 
 
-def run_adapter(seed: int, budget: dict, threads: int, venv: str) -> dict:
+def run_adapter(seed: int, budget: dict, threads: int, venv: str, method: str = "adapter") -> dict:
     python = os.path.join(venv, "bin", "python")
     with tempfile.TemporaryDirectory(prefix="tta_adapter_") as out:
         data = export_data(budget, out)
-        flags = ["--data", data, "--seed", str(seed), "--learning_rate", f"{ADAPTER_LEARNING_RATE:g}",
+        flags = ["--data", data, "--seed", str(seed), "--learning_rate", f"{adapter_rate(method):g}",
                  "--batch_size", str(budget["batch_size"]), "--epochs", str(budget["epochs"]),
                  "--eval_steps", str(budget["eval_steps"])]
         if budget.get("max_steps"):
@@ -258,7 +275,7 @@ def run_adapter(seed: int, budget: dict, threads: int, venv: str) -> dict:
         command = [python, RUNNER, *flags, "--output_dir", out]
         shown = [os.path.relpath(python, ROOT) if python.startswith(ROOT) else python, "benchmarks/adapterhub_runner.py",
                  *["DATA.json" if f == data else f for f in flags]]  # DATA.json: the sentences export_data writes
-        row = _run(command, out, "adapter", seed, threads, shown, "adapterhub")
+        row = _run(command, out, method, seed, threads, shown, "adapterhub")
         with open(os.path.join(out, "versions.json"), encoding="utf-8") as handle:
             row["versions"] = json.load(handle)
         return row
@@ -413,7 +430,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if argv[:1] == ["--recipe-child"]:
         return recipe_child(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS)
+                        + f"; {ADAPTER_AT}RATE runs the adapter row at RATE (a row of its own)")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--name", default=None, help="results/time_to_accuracy-NAME.{jsonl,md} (default: cpu, "
                         "or cuda on a GPU; quick: a file in the temporary directory)")
@@ -433,9 +451,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in METHODS and adapter_rate(m) is None]
     if unknown:
-        parser.error(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
+        parser.error(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}, or {ADAPTER_AT}RATE (a positive rate)")
     upper, lower = (float(x) for x in args.targets.split(","))
     fractions = {"upper": upper, "lower": lower}
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -463,7 +481,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if other:
             parser.error(f"{args.results} holds runs with other --recipe-args ({shlex.join(sorted(other)[0])}); pass "
                          "--name or --results for another file.")
-        if "adapter" in methods:
+        if any(adapter_rate(m) is not None for m in methods):
             if "--model_name_or_path" in extra:
                 parser.error("the adapter row trains all-MiniLM-L6-v2 only: leave it out of --methods with another base")
             ensure_adapter_venv(args.adapter_venv, args.create_venv)
@@ -475,8 +493,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     continue
                 load = [round(x, 2) for x in os.getloadavg()]
                 date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-                if method == "adapter":
-                    row = run_adapter(seed, budget, threads, args.adapter_venv)
+                if adapter_rate(method) is not None:
+                    row = run_adapter(seed, budget, threads, args.adapter_venv, method)
                 else:
                     row = run_recipe(method, seed, budget, threads, extra)
                     row["recipe_args"] = extra

@@ -102,6 +102,15 @@ def test_summary_counts_the_seeds_that_reached_a_target():
     assert "No full fine-tuning run yet" in tta.markdown({"bitfit|0": rows[2]}, {"upper": 0.95, "lower": 0.9}, {})
 
 
+def test_adapter_rows_at_other_rates():
+    assert tta.adapter_rate("adapter") == tta.ADAPTER_LEARNING_RATE
+    assert tta.adapter_rate("adapter@1e-3") == 1e-3
+    for method in ("bitfit", "adapter@", "adapter@fast", "adapter@0", "adapter@-1e-3"):
+        assert tta.adapter_rate(method) is None, method
+    with pytest.raises(SystemExit):  # an unknown or malformed method stops before any run
+        tta.main(["--methods", "adapter@fast", "--results", os.devnull])
+
+
 def test_runner_helpers(tmp_path):
     assert runner.accuracy([1, 0, 1, 1], [1, 1, 1, 0]) == 0.5
     with pytest.raises(ValueError):
