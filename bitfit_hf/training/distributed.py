@@ -3,7 +3,8 @@
 User scripts import these from here; the code lives in one module per job:
 
 * :mod:`bitfit_hf.training.launcher`: which launcher started this process and what it asked for.
-* :mod:`bitfit_hf.training.backend`: the device backend (``use_cpu`` without CUDA) and CPU threads.
+* :mod:`bitfit_hf.training.backend`: the device backend (``use_cpu`` without CUDA), CPU threads, and the process
+  groups a finished run destroys.
 * :mod:`bitfit_hf.training.launch_checks`: :class:`LaunchError` for launches that exit 0 while training wrongly.
 * :mod:`bitfit_hf.training.deepspeed_groups`: a DeepSpeed ``"optimizer"`` block trains the method's groups.
 * :mod:`bitfit_hf.training.eval_wrapping`: ``evaluate()`` before ``train()`` leaves the model trainable.
@@ -19,6 +20,7 @@ from typing import List, Optional
 from bitfit_hf.training.backend import (
     accelerator_available,
     default_use_cpu,
+    release_process_group,
     torch_extensions_dir,
     training_args_kwargs,
     use_available_cpu_threads,
@@ -33,6 +35,7 @@ __all__ = [
     "LaunchError",
     "check_launch",
     "default_use_cpu",
+    "release_process_group",
     "reset_evaluation_wrapping",
     "torch_extensions_dir",
     "training_args_kwargs",

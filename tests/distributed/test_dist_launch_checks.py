@@ -392,6 +392,7 @@ def test_documented_names_stay_importable_from_distributed():
     assert (distributed.LaunchError, distributed.check_launch, distributed.SKIP_ENV) == (C.LaunchError, C.check_launch,
                                                                                          C.SKIP_ENV)
     assert distributed.reset_evaluation_wrapping is W.reset_evaluation_wrapping
+    assert distributed.release_process_group is B.release_process_group
 
 
 def test_library_calls_no_private_accelerate_launch_api():
