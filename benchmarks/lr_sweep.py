@@ -88,6 +88,27 @@ def rates(method: str) -> List[float]:
     return GRID.get(method, DEFAULT_RATES)
 
 
+def default_rate(method: str) -> Optional[float]:
+    """The rate ``recipes/glue.py`` picks for the row's ``--method`` without ``--learning_rate`` on a small encoder."""
+    from bitfit_hf.tuners import recipe_methods
+
+    recipe = recipe_methods().get(method_flags(method)[1])
+    return None if recipe is None else recipe.default_learning_rate
+
+
+def chosen_rates(method: str, wanted: Optional[List[str]]) -> List[float]:
+    """The row's grid, or (``--rates``) only the rates named: numbers from the grid or off it, and ``default`` for
+    the method's recipe default. A partial sweep answers "does this rate train here" before the whole grid runs."""
+    if not wanted:
+        return rates(method)
+    picked = []
+    for item in wanted:
+        rate = default_rate(method) if item == "default" else float(item)
+        if rate is not None and rate not in picked:
+            picked.append(rate)
+    return picked
+
+
 def method_flags(method: str) -> List[str]:
     return list(VARIANTS.get(method, ["--method", method]))
 
@@ -234,9 +255,11 @@ def markdown(rows: Dict[str, dict], machine: str, data: Optional[List[str]] = No
     return "\n".join(lines) + "\n"
 
 
-def finalist_rates(done: Dict[str, dict], method: str, seed: int, top: int) -> List[float]:
-    """The ``top`` rates of ``method`` with the best dev accuracy on ``seed`` (every rate when ``top`` is 0)."""
-    scored = [(done[cell_key(method, rate, seed)]["dev_accuracy"], rate) for rate in rates(method)
+def finalist_rates(done: Dict[str, dict], method: str, seed: int, top: int,
+                   candidates: Optional[List[float]] = None) -> List[float]:
+    """The ``top`` rates of ``method`` with the best dev accuracy on ``seed`` (every rate when ``top`` is 0), among
+    ``candidates`` (default: the method's grid)."""
+    scored = [(done[cell_key(method, rate, seed)]["dev_accuracy"], rate) for rate in (candidates or rates(method))
               if cell_key(method, rate, seed) in done]
     ranked = [rate for _, rate in sorted(scored, key=lambda pair: -pair[0])]
     return ranked if top <= 0 else ranked[:top]
@@ -294,6 +317,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--dev-size", type=int, default=1000,
                         help="training examples carved off the end as the dev split (not with --validation_file)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores / jobs)")
+    parser.add_argument("--rates", default=None,
+                        help="comma-separated: run only these rates of each method (numbers, or 'default' for the "
+                             "method's recipe default); the table shows the rates run")
     parser.add_argument("--top", type=int, default=2,
                         help="later seeds run only at each method's TOP best rates on the first seed (0: every rate)")
     parser.add_argument("--jobs", type=int, default=1, help="cells run side by side")
@@ -312,6 +338,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown:
         parser.error(f"unknown method(s) {unknown}; known: {', '.join(known)}")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    wanted = [r.strip() for r in args.rates.split(",") if r.strip()] if args.rates else None
+    for item in wanted or []:
+        if item != "default":
+            try:
+                float(item)
+            except ValueError:
+                parser.error(f"--rates: {item!r} is neither a number nor 'default'.")
     extra: List[str] = []
     if args.quick:
         extra = ["--max_train_samples", "32", "--max_steps", "2"]
@@ -323,7 +356,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
     if not args.report:
         todo = [(method, rate, seed) for method in methods
-                for rate in (rates(method)[1:2] if args.quick else rates(method))
+                for rate in (rates(method)[1:2] if args.quick else chosen_rates(method, wanted))
                 for seed in seeds[:1] if cell_key(method, rate, seed) not in done]
         lock = threading.Lock()
 
@@ -337,7 +370,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                       f"({row['seconds']:.0f} s)", flush=True)
 
         run_cells(todo, one, args.jobs)
-        finalists = {method: finalist_rates(done, method, seeds[0], args.top) for method in methods}
+        finalists = {method: finalist_rates(done, method, seeds[0], args.top, chosen_rates(method, wanted))
+                      for method in methods}
         later = [(method, rate, seed) for seed in seeds[1:] for method in methods
                  for rate in (rates(method)[1:2] if args.quick else finalists[method])
                  if cell_key(method, rate, seed) not in done]

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def sweep_module():
+    if os.path.join(ROOT, "benchmarks") not in sys.path:  # the script imports its sibling helper modules
+        sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     spec = importlib.util.spec_from_file_location("lr_sweep", os.path.join(ROOT, "benchmarks", "lr_sweep.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -35,3 +38,29 @@ def test_the_best_rate_is_chosen_among_the_rates_run_on_every_seed():
     summary = sweep.best_rates(done)["bitfit"]
     assert summary["best"] == 1e-2
     assert abs(summary["means"][3e-3] - 0.78) < 1e-9
+
+
+def test_rates_picks_named_rates_and_the_recipe_default():
+    sweep = sweep_module()
+    assert sweep.chosen_rates("bitfit", None) == sweep.rates("bitfit")
+    from bitfit_hf.tuners import recipe_methods
+
+    bitfit_default = recipe_methods()["bitfit"].default_learning_rate
+    assert sweep.chosen_rates("bitfit", ["default", "5e-4"]) == [bitfit_default, 5e-4]
+    # a row that is a method with a flag takes its method's default
+    assert sweep.chosen_rates("adapterbias_shared", ["default"]) == [recipe_methods()["adapterbias"].default_learning_rate]
+
+
+def test_later_seeds_choose_among_the_named_rates_only():
+    sweep = sweep_module()
+    done = rows(sweep, {(3e-4, 0): 0.70, (1e-3, 0): 0.78, (3e-3, 0): 0.80, (5e-4, 0): 0.60})
+    assert sweep.finalist_rates(done, "bitfit", 0, 2, [5e-4, 3e-4]) == [3e-4, 5e-4]
+
+
+def test_rates_rejects_a_word_that_is_not_a_rate(capsys):
+    import pytest
+
+    sweep = sweep_module()
+    with pytest.raises(SystemExit):
+        sweep.main(["--rates", "fast", "--report", "--results", os.path.join(ROOT, "nonexistent-dir", "x.jsonl")])
+    assert "neither a number nor 'default'" in capsys.readouterr().err
