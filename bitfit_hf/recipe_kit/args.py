@@ -11,7 +11,8 @@ Defaults the user did not set explicitly are filled in before ``TrainingArgument
 
 * ``--learning_rate`` follows ``--method`` (``DEFAULT_LEARNING_RATES``: each method folder's
   ``RecipeMethod.default_learning_rate``, from a sweep on the GLUE recipe's default budget; a recipe may set its own
-  for its offline default run).
+  for its offline default run) and the model's width: a model at least 768 wide takes the method's
+  ``base_size_learning_rate`` where it has one (:mod:`~bitfit_hf.recipe_kit.model_size`).
 * ``--use_cpu`` is on when no accelerator is present (needed for multi-process CPU launches; see
   :func:`default_use_cpu`).
 * no ``--do_train/--do_eval/--do_predict`` at all means ``--do_train --do_eval``;
@@ -33,7 +34,7 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from bitfit_hf.recipe_kit.arg_groups import (
     DataArguments,
@@ -54,6 +55,7 @@ from bitfit_hf.recipe_kit.argv import (
 )
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.recipe_kit.method_args import compose_method_arguments
+from bitfit_hf.recipe_kit.model_size import BASE_SIZE_WIDTH, is_base_size, model_width
 from bitfit_hf.tuners import recipe_methods
 from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
 
@@ -81,13 +83,41 @@ DEFAULT_METHOD = "bitfit"
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
 
 
-def _rates_help(rates: dict) -> str:
-    """The end of ``--method``'s help (each method's own part comes from its folder: ``RecipeMethod.help``)."""
+def _rate_list(rates: dict) -> str:
     by_rate: dict = {}
     for method, rate in rates.items():
         by_rate.setdefault(rate, []).append(method)
-    parts = [f"{rate:.0e}".replace("e-0", "e-") + f" ({', '.join(methods)})" for rate, methods in sorted(by_rate.items())]
-    return f"The learning rate defaults to {'; '.join(parts)} unless --learning_rate is given."
+    return "; ".join(f"{rate:.0e}".replace("e-0", "e-") + f" ({', '.join(methods)})"
+                     for rate, methods in sorted(by_rate.items()))
+
+
+def _rates_help(rates: dict, base_rates: Optional[dict] = None) -> str:
+    """The end of ``--method``'s help (each method's own part comes from its folder: ``RecipeMethod.help``)."""
+    text = f"The learning rate defaults to {_rate_list(rates)}"
+    if base_rates:
+        text += (f"; on a model with hidden size >= {BASE_SIZE_WIDTH} (BERT-base and up) to {_rate_list(base_rates)} "
+                 "for these methods")
+    return text + " unless --learning_rate is given."
+
+
+def default_rate_for_model(recipe, rate: Optional[float], model_name_or_path: Optional[str], default_asset: str,
+                           revision: Optional[str] = None, gguf_file: Optional[str] = None):
+    """``(rate, note)``: the method's default learning rate for the model named, and the sentence the run's log says
+    about the choice ("" when the small-model rate stands unremarked). Only a method with a base-size rate of its own
+    (``RecipeMethod.base_size_learning_rate``) reads the model's width."""
+    base = recipe.base_size_learning_rate
+    if base is None or base == rate:
+        return rate, ""
+    width = model_width(model_name_or_path, default_asset, revision, gguf_file)
+    shown = model_name_or_path or default_asset
+    if width is None:
+        return rate, (f"--learning_rate {rate:g}: the small-model default of --method {recipe.name}, since the width of "
+                      f"{shown} could not be read before loading; on a model with hidden size >= {BASE_SIZE_WIDTH} "
+                      f"pass --learning_rate {base:g}, the base-size default.")
+    if is_base_size(width):
+        return base, (f"--learning_rate {base:g}: the base-size default of --method {recipe.name} ({shown} has hidden "
+                      f"size {width}; {rate:g} is its default on smaller models). Pass --learning_rate to choose.")
+    return rate, ""
 
 
 _COMPOSED: Dict[str, Any] = {}  # what was last composed from the registry, and the registry's recipes it came from
@@ -101,7 +131,9 @@ def _composed() -> Dict[str, Any]:
     if _COMPOSED.get("key") != key:
         rates = {name: recipe.default_learning_rate for name, recipe in recipes.items()
                  if recipe.default_learning_rate is not None}
-        rates_help = _rates_help(rates)
+        base_rates = {name: recipe.base_size_learning_rate for name, recipe in recipes.items()
+                      if recipe.base_size_learning_rate not in (None, recipe.default_learning_rate)}
+        rates_help = _rates_help(rates, base_rates)
         _COMPOSED.clear()
         _COMPOSED.update(key=key, RECIPE_METHODS=recipes, METHODS=tuple(recipes), DEFAULT_LEARNING_RATES=rates,
                          METHOD_RATES_HELP=rates_help,
@@ -196,6 +228,7 @@ class ParsedArgs:
     training: Any  # transformers.TrainingArguments
     applied_defaults: Dict[str, Any]
     offline_data: bool
+    notes: List[str] = field(default_factory=list)  # what the run's log says about defaults chosen for it
 
     def __iter__(self):  # model_args, data_args, bitfit_args, training_args = parse_recipe_args(...)
         return iter((self.model, self.data, self.bitfit, self.training))
@@ -243,6 +276,7 @@ def parse_recipe_args(
                 file_values["train_sampling_strategy"] = "group_by_length"
         given = set(file_values)
         method = file_values.get("method", DEFAULT_METHOD)
+        model = {key: file_values.get(key) for key in ("model_name_or_path", "config_name", "model_revision", "gguf_file")}
         switches = {flag: file_values.get(flag, False) for flag in suffix_flags}
         dataset_name = file_values.get("dataset_name")
     else:
@@ -250,10 +284,13 @@ def parse_recipe_args(
         pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
         pre.add_argument("--method", default=DEFAULT_METHOD)
         pre.add_argument("--dataset_name", "--dataset-name", default=None)
+        for key in ("model_name_or_path", "config_name", "model_revision", "gguf_file"):
+            pre.add_argument(f"--{key}", default=None)
         for flag in suffix_flags:
             pre.add_argument(f"--{flag}", nargs="?", const="true", default="false")
         known, _ = pre.parse_known_args(argv)
         method, dataset_name = known.method, known.dataset_name
+        model = {key: getattr(known, key) for key in ("model_name_or_path", "config_name", "model_revision", "gguf_file")}
         switches = {flag: getattr(known, flag) for flag in suffix_flags}
     if method not in recipes:
         raise RecipeError(f"--method {method!r}: choose one of {', '.join(recipes)}.")
@@ -275,6 +312,12 @@ def parse_recipe_args(
     rate_key = like if like and method not in defaults.offline_learning_rates else method
     if offline_data and rate_key in defaults.offline_learning_rates:
         chosen["learning_rate"] = defaults.offline_learning_rates[rate_key]
+    notes: List[str] = []
+    if "learning_rate" not in given and "learning_rate" in chosen:
+        chosen["learning_rate"], note = default_rate_for_model(
+            recipes[method], chosen["learning_rate"], model["config_name"] or model["model_name_or_path"],
+            defaults.default_model_asset, model["model_revision"], model["gguf_file"])
+        notes += [note] if note else []
     if default_use_cpu():
         chosen["use_cpu"] = True
     if not given & {"do_train", "do_eval", "do_predict"}:
@@ -302,4 +345,4 @@ def parse_recipe_args(
             raise RecipeError(f"unknown option(s): {' '.join(remaining)}. "
                               + _nearest_hint([s for s in remaining if s.startswith("--")], parser))
     model_args, data_args, bitfit_args, training_args = parsed
-    return ParsedArgs(model_args, data_args, bitfit_args, training_args, applied, offline_data)
+    return ParsedArgs(model_args, data_args, bitfit_args, training_args, applied, offline_data, notes)

@@ -112,6 +112,8 @@ def log_run_header(parsed: ParsedArgs, recipe: str, config: Any = None) -> None:
     if parsed.applied_defaults:
         shown = ", ".join(f"{k}={v}" for k, v in parsed.applied_defaults.items())
         logger.info("Recipe defaults (override any with its flag): %s", shown)
+    for note in parsed.notes:
+        logger.info("%s", note)
     logger.info("method=%s selection=%s learning_rate=%g output_dir=%s", parsed.bitfit.method,
                 describe_method(config if config is not None else parsed.bitfit.method_config()), args.learning_rate, args.output_dir)
 

@@ -73,6 +73,9 @@ class RecipeMethod:
         hint: a sentence said after the generic refusal of ``--bias_terms`` to this method.
         default_learning_rate: the learning rate without ``--learning_rate`` (the recipes'
             ``DEFAULT_LEARNING_RATES`` is read from these).
+        base_size_learning_rate: the learning rate without ``--learning_rate`` on a model at least
+            ``BASE_SIZE_WIDTH`` (768) wide, where it differs from ``default_learning_rate``: measured on
+            all-mpnet-base-v2 (:mod:`bitfit_hf.recipe_kit.model_size`); ``None``: the same rate on every size.
         learning_rate_like: the ``--method`` whose recipe-specific offline learning rate it follows when the recipe
             gives none for it (the random baselines follow ``bitfit``); ``""``: its own only.
         output_suffix: ``(own boolean flag, suffix)`` pairs: the flag set keeps a run's default output folder apart
@@ -87,5 +90,6 @@ class RecipeMethod:
     refuse: Optional[Callable[[CommonFlags], None]] = None
     hint: str = ""
     default_learning_rate: Optional[float] = None
+    base_size_learning_rate: Optional[float] = None
     learning_rate_like: str = ""
     output_suffix: Tuple[Tuple[str, str], ...] = ()

@@ -203,6 +203,7 @@ class ModelAssetSpec:
     pattern: str = "*"
     hub_id: str = ""  # the Hub model these files are a copy of (recorded in adapters as their base)
     exclude: tuple[str, ...] = ()
+    hidden_size: int = 0  # the model's width (config.json), known before it is fetched; 0: not recorded
 
     @property
     def requirement(self) -> str:
@@ -277,6 +278,7 @@ class MultiPartModelSpec:
     hub_id: str = ""
     exclude: tuple[str, ...] = ()
     module: str = ""
+    hidden_size: int = 0
 
     @property
     def requirement(self) -> str:
@@ -334,6 +336,7 @@ MODEL_ASSETS: dict[str, ModelSpec] = {
             description="all-MiniLM-L6-v2 (BertModel, 22.7 M parameters): the recipes' default model",
             license="weights Apache-2.0, package MIT",
             hub_id=DEFAULT_MODEL_ID,
+            hidden_size=384,
         ),
         ModelAssetSpec(
             name="smollm2",
@@ -348,6 +351,7 @@ MODEL_ASSETS: dict[str, ModelSpec] = {
             description="SmolLM2-135M-Instruct as a 4-bit GGUF file (LLaMA architecture, no bias terms)",
             license="Apache-2.0",
             pattern="*.gguf",
+            hidden_size=576,
         ),
         MultiPartModelSpec(
             name="mpnet",
@@ -373,6 +377,7 @@ MODEL_ASSETS: dict[str, ModelSpec] = {
             license="the wheels state none; the model card in the archive says Apache-2.0",
             hub_id=MPNET_HUB_ID,
             exclude=("desktop.ini", "*/desktop.ini"),  # Windows folder metadata zipped along
+            hidden_size=768,
         ),
     )
 }

@@ -51,9 +51,10 @@ def build(common: CommonFlags, own: AdapterBiasArguments) -> AdapterBiasConfig:
 # Default learning rates (without --learning_rate) come from benchmarks/lr_sweep.py on the GLUE recipe's default
 # budget (300 steps; a dev split carved from the training data, two seeds at each method's two best rates); they are
 # rates for short runs. The table (benchmarks/results/lr_sweep.md) has every rate's score.
-# 3e-2 diverges; the official AdapterBias code's 1e-4 assumes 20-120 epochs.
+# 3e-2 diverges; the official AdapterBias code's 1e-4 assumes 20-120 epochs. On all-mpnet-base-v2 1e-2 predicts one
+# class and 1e-3 trains best (benchmarks/results/lr_sweep-mpnet-1000.md): the base-size default.
 RECIPE = (
-    RecipeMethod("adapterbias", build, AdapterBiasArguments, default_learning_rate=1e-2,
+    RecipeMethod("adapterbias", build, AdapterBiasArguments, default_learning_rate=1e-2, base_size_learning_rate=1e-3,
                  help="adapterbias: AdapterBias (Fu et al., 2022), a token-dependent shift on each FFN output + the FFN "
                       "and embeddings LayerNorms + head",
                  refuse=refuse_bias_flags, output_suffix=(("share_alpha", "-shared"),)),
