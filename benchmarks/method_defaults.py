@@ -11,13 +11,16 @@ method; a second call skips what is there.
     python benchmarks/method_defaults.py --jobs 2                   # every method
     python benchmarks/method_defaults.py --methods bitfit,lora
     python benchmarks/method_defaults.py --report                   # only rewrite the table
+    python benchmarks/method_defaults.py --model_name_or_path mpnet --recipe-args '--max_train_samples 1000' --seeds 0,1
+                                                                    # a base-size encoder, two seeds
     python benchmarks/method_defaults.py --methods bitfit,lora,full --train_file train.csv --validation_file dev.csv
 
 ``--train_file`` / ``--validation_file`` (csv / tsv / json / jsonl with one or two text columns and a ``label``
 column, as ``recipes/glue.py`` reads them) run the same comparison on your own data: each method trains on the whole
 training file at its default learning rate and is scored on the validation file, beside that file's majority class.
 ``--model_name_or_path`` trains another base (a Hub id, a folder, or ``mpnet``). Results then go to
-``outputs/method_defaults-<train file's or model's name>.jsonl`` unless ``--results`` says otherwise.
+``outputs/method_defaults-<train file's or model's name>.jsonl`` unless ``--results`` says otherwise. ``--seeds``
+runs each method once per seed (``--seed S``); the table then gives each seed's accuracy and their mean.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,8 +76,14 @@ def validation_labels(validation_file: Optional[str] = None) -> Optional[List]:
     return list(dataset["label"]) if "label" in dataset.column_names else None
 
 
-def run_method(method: str, threads: int, extra: List[str], data: Optional[List[str]] = None) -> dict:
-    data = data or []
+def row_key(method: str, seed: int) -> str:
+    return f"{method}|{seed}"
+
+
+def run_method(method: str, threads: int, extra: List[str], data: Optional[List[str]] = None,
+               seed: Optional[int] = None) -> dict:
+    """One recipe run on the method's defaults (``seed`` None: the recipe's own seed, no ``--seed`` flag)."""
+    data = [*(data or []), *(["--seed", str(seed)] if seed is not None else [])]
     with tempfile.TemporaryDirectory(prefix="method_defaults_") as out:
         command = [sys.executable, RECIPE, *method_flags(method), *data, "--save_strategy", "no", "--report_to", "none",
                    "--output_dir", out, *extra]
@@ -98,6 +108,8 @@ def run_method(method: str, threads: int, extra: List[str], data: Optional[List[
                "adapter_bytes": os.path.getsize(weights) if os.path.exists(weights) else None,
                "seconds": round(seconds, 1),
                "command": shlex.join(["python", "recipes/glue.py", *method_flags(method), *data])}
+        if seed is not None:
+            data = data[:-2]  # the data flags, without the seed
         if data:
             row["data"] = data
         return row
@@ -126,16 +138,26 @@ def markdown(rows: Dict[str, dict], majority: Optional[float], machine: str, dat
         lines += [f"Majority class of those {'examples' if '--train_file' in (data or []) else 'sentences'}: "
                   f"**{majority * 100:.1f}%** "
                   "(the constant predictor).", ""]
-    lines += ["| command | learning rate | trained values | adapter | before | after | train loss |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for method in [m for m in METHODS if m in rows]:
-        row = rows[method]
+    by_method: Dict[str, List[dict]] = {}
+    for row in rows.values():
+        by_method.setdefault(row["method"], []).append(row)
+    several = any(len(runs) > 1 for runs in by_method.values())
+    lines += [f"| command | learning rate | trained values | adapter | before | after{' (mean; each seed)' if several else ''} "
+              "| train loss |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for method in [m for m in METHODS if m in by_method]:
+        runs = sorted(by_method[method], key=lambda r: r["seed"])
+        row = runs[0]
+        command = row["command"] if len(runs) == 1 else row["command"].replace(f" --seed {row['seed']}", " --seed S")
         size = f"{row['adapter_bytes'] / 1024:.1f} KB" if row.get("adapter_bytes") else "(full model)"
         values = f"{row['trained_values']:,}" if row.get("trained_values") else "all"
-        before = f"{row['before'] * 100:.1f}%" if row.get("before") is not None else "-"
-        loss = f"{row['train_loss']:.3f}" if row.get("train_loss") is not None else "-"
-        lines.append(f"| `{row['command']}` | {row['learning_rate']:g} | {values} | {size} | {before} | "
-                     f"**{row['accuracy'] * 100:.1f}%** | {loss} |")
+        before = " / ".join(f"{r['before'] * 100:.1f}%" for r in runs if r.get("before") is not None) or "-"
+        after = f"**{statistics.mean(r['accuracy'] for r in runs) * 100:.1f}%**"
+        if len(runs) > 1:
+            after += " (" + ", ".join(f"seed {r['seed']}: {r['accuracy'] * 100:.1f}" for r in runs) + ")"
+        losses = [f"{r['train_loss']:.3f}" for r in runs if r.get("train_loss") is not None]
+        rates = sorted({r["learning_rate"] for r in runs})
+        lines.append(f"| `{command}` | {' / '.join(f'{rate:g}' for rate in rates)} | {values} | {size} | {before} | "
+                     f"{after} | {' / '.join(losses) or '-'} |")
     lines += ["", f"{machine}."]
     return "\n".join(lines) + "\n"
 
@@ -143,6 +165,8 @@ def markdown(rows: Dict[str, dict], majority: Optional[float], machine: str, dat
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated: run each method once per seed (default: once, at the recipe's seed)")
     parser.add_argument("--jobs", type=int, default=1, help="methods run side by side")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores / jobs)")
     parser.add_argument("--results", default=None, help="JSONL of finished runs (default: results/method_defaults.jsonl; "
@@ -159,22 +183,32 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown:
         parser.error(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}")
     extra = ["--max_train_samples", "32", "--max_steps", "2", "--max_eval_samples", "16"] if args.quick else []
-    rows = read_rows(args.results, lambda row: row["method"])
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [None]
+    except ValueError:
+        parser.error(f"--seeds {args.seeds}: give whole numbers, comma-separated (0,1).")
+    rows = read_rows(args.results, lambda row: row_key(row["method"], row["seed"]))
     if not args.report:
         check_results_data(parser, rows, data, args.results)
     threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
     if not args.report:
         lock = threading.Lock()
 
-        def one(method):
-            row = run_method(method, threads, extra, data)
+        def one(cell):
+            method, seed = cell
+            row = run_method(method, threads, extra, data, seed)
             with lock:
                 append_result(args.results, row)
-                rows[method] = row
-                print(f"{method:20s} lr={row['learning_rate']:<8g} accuracy {row['accuracy'] * 100:.1f} "
-                      f"({row['seconds']:.0f} s)", flush=True)
+                rows[row_key(method, row["seed"])] = row
+                print(f"{method:20s} lr={row['learning_rate']:<8g} seed={row['seed']} accuracy "
+                      f"{row['accuracy'] * 100:.1f} ({row['seconds']:.0f} s)", flush=True)
 
-        run_cells([m for m in methods if m not in rows], one, args.jobs)
+        def done(method, seed):
+            if seed is None:  # the recipe's own seed: any earlier run without --seed
+                return any(row["method"] == method and "--seed" not in row["command"] for row in rows.values())
+            return row_key(method, seed) in rows
+
+        run_cells([(m, seed) for seed in seeds for m in methods if not done(m, seed)], one, args.jobs)
     shown = rows_data(rows)
     labels = None if args.quick else validation_labels(validation_file_of(shown))
     majority = majority_share(labels) if labels else None

@@ -35,9 +35,10 @@ def recipe_calls(monkeypatch):
             return real_run(command, **kwargs)
         calls.append(command)
         out = Path(command[command.index("--output_dir") + 1])
-        (out / "all_results.json").write_text(json.dumps({"eval_accuracy": 0.75, "init_eval_accuracy": 0.5,
+        seed = int(command[command.index("--seed") + 1]) if "--seed" in command else 42
+        (out / "all_results.json").write_text(json.dumps({"eval_accuracy": 0.75 + seed / 100, "init_eval_accuracy": 0.5,
                                                           "train_loss": 0.4}))
-        (out / "run_args.json").write_text(json.dumps({"training_args": {"learning_rate": 0.003, "seed": 42}}))
+        (out / "run_args.json").write_text(json.dumps({"training_args": {"learning_rate": 0.003, "seed": seed}}))
         return subprocess.CompletedProcess(command, 0, "", "")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
@@ -96,6 +97,27 @@ def test_method_comparison_refuses_half_the_data_and_other_datas_results(benchma
         method_defaults.main(["--train_file", str(train), "--validation_file", str(dev), "--results", str(committed)])
     assert "holds runs on other data (the offline default data)" in capsys.readouterr().err
     assert recipe_calls == []
+
+
+def test_method_comparison_on_several_seeds(benchmarks, recipe_calls, csv_files, tmp_path, capsys):
+    _, method_defaults = benchmarks
+    train, dev = csv_files
+    results = tmp_path / "rows.jsonl"
+    argv = ["--methods", "bitfit,lora", "--train_file", str(train), "--validation_file", str(dev),
+            "--results", str(results), "--seeds", "0,1"]
+    assert method_defaults.main(argv) == 0
+    assert sorted((command[command.index("--method") + 1], flag(command, "--seed")) for command in recipe_calls) == [
+        ("bitfit", "0"), ("bitfit", "1"), ("lora", "0"), ("lora", "1")]
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert all("--seed" not in row["data"] for row in rows)  # the data flags alone: resumable with other seeds
+    table = (tmp_path / "rows.md").read_text()
+    assert "**75.5%** (seed 0: 75.0, seed 1: 76.0)" in table and "--method bitfit --train_file" in table
+    assert "--seed S" in table
+    assert method_defaults.main(argv) == 0 and len(recipe_calls) == 4  # resumed: nothing runs again
+    assert method_defaults.main([*argv[:-1], "0,1,2"]) == 0 and len(recipe_calls) == 6  # only the new seed runs
+    with pytest.raises(SystemExit):
+        method_defaults.main([*argv[:-1], "zero"])
+    assert "whole numbers" in capsys.readouterr().err
 
 
 def test_own_data_results_default_to_outputs(benchmarks, recipe_calls, csv_files, tmp_path, monkeypatch, capsys):
