@@ -64,3 +64,15 @@ def test_rates_rejects_a_word_that_is_not_a_rate(capsys):
     with pytest.raises(SystemExit):
         sweep.main(["--rates", "fast", "--report", "--results", os.path.join(ROOT, "nonexistent-dir", "x.jsonl")])
     assert "neither a number nor 'default'" in capsys.readouterr().err
+
+
+def test_the_table_names_the_rate_the_recipes_pick_for_the_model():
+    sweep = sweep_module()
+    from bitfit_hf.tuners import recipe_methods
+
+    recipe = recipe_methods()["adapterbias"]
+    assert sweep.recipe_default("adapterbias", None) == recipe.default_learning_rate
+    assert sweep.recipe_default("adapterbias_shared", "mpnet") == recipe.base_size_learning_rate
+    assert sweep.model_of(["--model_name_or_path", "mpnet", "--max_train_samples", "1000"]) == "mpnet"
+    table = sweep.markdown(rows(sweep, {(3e-3, 0): 0.8}), "a machine")
+    assert f"| 0.003 | {recipe_methods()['bitfit'].default_learning_rate:g} |" in table
