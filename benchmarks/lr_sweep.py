@@ -243,7 +243,7 @@ def dev_majority(rows: Dict[str, dict]) -> Optional[float]:
     last ``--dev_split_from_train`` training sentences); None for the user's own files."""
     if not rows or any("--train_file" in row.get("data", ()) for row in rows.values()):
         return None
-    command = shlex.split(next(iter(rows.values()))["command"])
+    command = shlex.split(next(iter(rows.values())).get("command", ""))
     if "--dev_split_from_train" not in command:
         return None
     from collections import Counter
