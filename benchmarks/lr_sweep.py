@@ -88,22 +88,15 @@ def rates(method: str) -> List[float]:
     return GRID.get(method, DEFAULT_RATES)
 
 
-def default_rate(method: str) -> Optional[float]:
-    """The rate ``recipes/glue.py`` picks for the row's ``--method`` without ``--learning_rate`` on a small encoder."""
-    from bitfit_hf.tuners import recipe_methods
-
-    recipe = recipe_methods().get(method_flags(method)[1])
-    return None if recipe is None else recipe.default_learning_rate
-
-
-def chosen_rates(method: str, wanted: Optional[List[str]]) -> List[float]:
+def chosen_rates(method: str, wanted: Optional[List[str]], model: Optional[str] = None) -> List[float]:
     """The row's grid, or (``--rates``) only the rates named: numbers from the grid or off it, and ``default`` for
-    the method's recipe default. A partial sweep answers "does this rate train here" before the whole grid runs."""
+    the rate the recipe picks for ``model`` (its width decides). A partial sweep answers "does this rate train here"
+    before the whole grid runs."""
     if not wanted:
         return rates(method)
     picked = []
     for item in wanted:
-        rate = default_rate(method) if item == "default" else float(item)
+        rate = recipe_default(method, model) if item == "default" else float(item)
         if rate is not None and rate not in picked:
             picked.append(rate)
     return picked
@@ -363,8 +356,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="training examples carved off the end as the dev split (not with --validation_file)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: cores / jobs)")
     parser.add_argument("--rates", default=None,
-                        help="comma-separated: run only these rates of each method (numbers, or 'default' for the "
-                             "method's recipe default); the table shows the rates run")
+                        help="comma-separated: run only these rates of each method (numbers, or 'default': the rate the "
+                             "recipe picks for the sweep's model); the table shows the rates run")
     parser.add_argument("--top", type=int, default=2,
                         help="later seeds run only at each method's TOP best rates on the first seed (0: every rate)")
     parser.add_argument("--jobs", type=int, default=1, help="cells run side by side")
@@ -401,7 +394,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
     if not args.report:
         todo = [(method, rate, seed) for method in methods
-                for rate in (rates(method)[1:2] if args.quick else chosen_rates(method, wanted))
+                for rate in (rates(method)[1:2] if args.quick else chosen_rates(method, wanted, model_of(data)))
                 for seed in seeds[:1] if cell_key(method, rate, seed) not in done]
         lock = threading.Lock()
 
@@ -415,7 +408,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                       f"({row['seconds']:.0f} s)", flush=True)
 
         run_cells(todo, one, args.jobs)
-        finalists = {method: finalist_rates(done, method, seeds[0], args.top, chosen_rates(method, wanted))
+        finalists = {method: finalist_rates(done, method, seeds[0], args.top, chosen_rates(method, wanted, model_of(data)))
                       for method in methods}
         later = [(method, rate, seed) for seed in seeds[1:] for method in methods
                  for rate in (rates(method)[1:2] if args.quick else finalists[method])

@@ -49,6 +49,8 @@ def test_rates_picks_named_rates_and_the_recipe_default():
     assert sweep.chosen_rates("bitfit", ["default", "5e-4"]) == [bitfit_default, 5e-4]
     # a row that is a method with a flag takes its method's default
     assert sweep.chosen_rates("adapterbias_shared", ["default"]) == [recipe_methods()["adapterbias"].default_learning_rate]
+    # 'default' is the rate the recipe picks for the sweep's model: a base-size one takes the base-size rate
+    assert sweep.chosen_rates("adapterbias", ["default"], "mpnet") == [recipe_methods()["adapterbias"].base_size_learning_rate]
 
 
 def test_later_seeds_choose_among_the_named_rates_only():
