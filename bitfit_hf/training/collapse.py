@@ -55,9 +55,10 @@ CONSTANT_MIN_EXAMPLES = 20
 
 def learning_rate_advice(learning_rate: Optional[float] = None) -> str:
     """What to try after a collapse, in the words every warning of the recipes uses."""
-    this_run = f" than this run's {learning_rate:g}" if learning_rate else ""
-    return (f"try a lower --learning_rate{this_run} (on a base-size checkpoint, a third of the recipes' default), "
-            "or more training steps")
+    if learning_rate:
+        return (f"try a lower --learning_rate than this run's {learning_rate:g} (a third of it, "
+                f"{learning_rate / 3:.1g}, is one step down the rate sweep's grid), or more training steps")
+    return "try a lower --learning_rate (a third of the one used), or more training steps"
 
 
 # --------------------------------------------------------------------------- the constant level

@@ -61,7 +61,7 @@ def test_a_loss_flat_at_the_constant_level_is_reported_once_after_patience(tmp_p
     assert report is not None and report.kind == "constant" and report.step == 30  # the third flat log
     [message] = _warnings(caplog)  # once, though three more flat logs followed
     assert "10-30: loss 0.71, 0.69, 0.7" in message and "0.6931, the entropy of the training labels" in message
-    assert "--learning_rate than this run's 0.003" in message and "a third of the recipes' default" in message
+    assert "--learning_rate than this run's 0.003" in message and "a third of it, 0.001," in message
     started = [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == logging.INFO]
     assert any("first such warning can come at step 30, within the first epoch" in m for m in started), started
 
