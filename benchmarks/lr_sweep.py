@@ -18,6 +18,8 @@ second call skips the cells already there.
     python benchmarks/lr_sweep.py --methods bitfit,lora,full --seeds 0 --train_file train.csv   # your own data
     python benchmarks/lr_sweep.py --model_name_or_path mpnet --recipe-args '--max_train_samples 1000' --jobs 8
                                                                   # a base-size encoder (on a GPU: minutes)
+    python benchmarks/lr_sweep.py --model_name_or_path mpnet --recipe-args '--max_train_samples 1000' --rates default
+                                                                  # only the rate each method gets on that model
 
 With ``--train_file`` (csv / tsv / json / jsonl with one or two text columns and a ``label`` column, as
 ``recipes/glue.py`` reads it) every cell trains on that file instead of the offline default data (all of it: the
