@@ -285,7 +285,7 @@ def parse_recipe_args(
         pre.add_argument("--method", default=DEFAULT_METHOD)
         pre.add_argument("--dataset_name", "--dataset-name", default=None)
         for key in ("model_name_or_path", "config_name", "model_revision", "gguf_file"):
-            pre.add_argument(f"--{key}", default=None)
+            pre.add_argument(f"--{key}", f"--{key.replace('_', '-')}", default=None)
         for flag in suffix_flags:
             pre.add_argument(f"--{flag}", nargs="?", const="true", default="false")
         known, _ = pre.parse_known_args(argv)

@@ -54,6 +54,13 @@ def test_a_base_size_folder_takes_the_base_size_rate(tmp_path, method):
     assert parsed.training.learning_rate == recipe.default_learning_rate and parsed.notes == []
 
 
+def test_the_dashed_spelling_is_read_too(tmp_path):
+    wide = model_folder(tmp_path, "wide", hidden_size=768)
+    for argv in (["--model-name-or-path", wide], [f"--model_name_or_path={wide}"]):
+        parsed = parse_recipe_args(_Data, DEFAULTS, ["--method", "adapterbias", *argv])
+        assert parsed.training.learning_rate == recipe_methods()["adapterbias"].base_size_learning_rate, argv
+
+
 def test_the_packaged_models_need_no_loading_to_be_sized():
     method = sorted(methods_with_base_rates())[0]
     recipe = recipe_methods()[method]
