@@ -47,8 +47,9 @@ def build_bitfit_lora(common: CommonFlags, own: LoraArguments) -> BitFitLoraConf
 # Default learning rates (without --learning_rate) come from benchmarks/lr_sweep.py on the GLUE recipe's default
 # budget (300 steps; a dev split carved from the training data, two seeds at each method's two best rates); they are
 # rates for short runs. The table (benchmarks/results/lr_sweep.md) has every rate's score.
-# 1e-2 diverges for lora and bitfit_lora. On all-mpnet-base-v2 bitfit_lora's 3e-3 predicted one class at batch 8 and
-# trained at batch 32 (benchmarks/results/lr_sweep-mpnet-1000.md): the base-size default is 1e-3, a third of the edge.
+# 1e-2 diverges for lora and bitfit_lora. On all-mpnet-base-v2 bitfit_lora's 3e-3 predicted one class at batch 8 (the GPU
+# study, docs/reproduction-gpu.md) and trained at batch 32 (benchmarks/results/lr_sweep-mpnet-1000.md): the base-size
+# default is 1e-3, a third of the edge.
 RECIPE = (
     RecipeMethod("lora", build_lora, LoraArguments, help="lora: LoRA (peft) on --lora_target_modules + head",
                  default_learning_rate=3e-3),
