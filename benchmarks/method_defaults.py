@@ -126,9 +126,13 @@ def markdown(rows: Dict[str, dict], majority: Optional[float], machine: str, dat
                  "(the whole training file, 3 epochs, batch 32, seed 42; each method at its default learning rate), "
                  "scored on the validation file.")
     elif data:
+        budget = ("the default data, 3 epochs, batch 32" if "--max_train_samples" in data else
+                  "default data and budget: 3,200 training sentences, 3 epochs, batch 32")
+        seeds = sorted({row["seed"] for row in rows.values()})
+        seed = f"seed {seeds[0]}" if len(seeds) == 1 else "seeds " + ", ".join(map(str, seeds))
         intro = (f"each row is `python recipes/glue.py` with no flag but the method's and `{shlex.join(data)}` "
-                 "(default data and budget: 3,200 training sentences, 3 epochs, batch 32, seed 42; each method at its "
-                 "default learning rate), scored on the 1,000 validation sentences.")
+                 f"({budget}, {seed}; each method at the default learning rate the recipe picks for the model), "
+                 "scored on the 1,000 validation sentences.")
     else:
         intro = ("each row is `python recipes/glue.py` with no flag but the method's (default budget: 3,200 training "
                  "sentences, 3 epochs, batch 32, seed 42; each method at its default learning rate), scored on the "
