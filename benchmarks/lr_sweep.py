@@ -45,6 +45,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Dict, List, Optional
 
+from baselines import dev_split_majority
 from jsonl_rows import append_row, read_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -90,7 +91,7 @@ def rates(method: str) -> List[float]:
     return GRID.get(method, DEFAULT_RATES)
 
 
-def chosen_rates(method: str, wanted: Optional[List[str]], model: Optional[str] = None) -> List[float]:
+def chosen_rates(method: str, wanted: Optional[List], model: Optional[str] = None) -> List[float]:
     """The row's grid, or (``--rates``) only the rates named: numbers from the grid or off it, and ``default`` for
     the rate the recipe picks for ``model`` (its width decides). A partial sweep answers "does this rate train here"
     before the whole grid runs."""
@@ -215,10 +216,15 @@ def best_rates(rows: Dict[str, dict]) -> Dict[str, dict]:
     return out
 
 
+def flag_value(flags: Optional[List[str]], flag: str) -> Optional[str]:
+    """The value given to ``flag`` among recipe flags (None when absent)."""
+    flags = list(flags or [])
+    return flags[flags.index(flag) + 1] if flag in flags else None
+
+
 def model_of(data: Optional[List[str]]) -> Optional[str]:
     """The ``--model_name_or_path`` among a row's data flags (None: the recipe's default model)."""
-    data = data or []
-    return data[data.index("--model_name_or_path") + 1] if "--model_name_or_path" in data else None
+    return flag_value(data, "--model_name_or_path")
 
 
 def recipe_default(method: str, model: Optional[str]) -> Optional[float]:
@@ -234,20 +240,12 @@ def recipe_default(method: str, model: Optional[str]) -> Optional[float]:
 
 
 def dev_majority(rows: Dict[str, dict]) -> Optional[float]:
-    """The majority class's share of the dev split the rows were scored on, when it is the offline data's (the
-    last ``--dev_split_from_train`` training sentences); None for the user's own files."""
+    """The majority class's share of the dev split the rows were scored on, when it is the offline data's (carved by
+    ``--dev_split_from_train``); None for the user's own files."""
     if not rows or any("--train_file" in row.get("data", ()) for row in rows.values()):
         return None
-    command = shlex.split(next(iter(rows.values())).get("command", ""))
-    if "--dev_split_from_train" not in command:
-        return None
-    from collections import Counter
-
-    from bitfit_hf.data.offline import load_offline_dataset
-
-    size = int(command[command.index("--dev_split_from_train") + 1])
-    labels = list(load_offline_dataset("movie_reviews")["train"]["label"])[-size:]
-    return Counter(labels).most_common(1)[0][1] / len(labels)
+    size = flag_value(shlex.split(next(iter(rows.values())).get("command", "")), "--dev_split_from_train")
+    return None if size is None else dev_split_majority(int(size))
 
 
 def markdown(rows: Dict[str, dict], machine: str, data: Optional[List[str]] = None) -> str:
@@ -378,13 +376,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown:
         parser.error(f"unknown method(s) {unknown}; known: {', '.join(known)}")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    wanted = [r.strip() for r in args.rates.split(",") if r.strip()] if args.rates else None
-    for item in wanted or []:
-        if item != "default":
+    wanted = None
+    if args.rates:
+        wanted = []
+        for item in (r.strip() for r in args.rates.split(",") if r.strip()):
             try:
-                float(item)
+                wanted.append(item if item == "default" else float(item))
             except ValueError:
                 parser.error(f"--rates: {item!r} is neither a number nor 'default'.")
+    model = model_of(data)
     extra: List[str] = []
     if args.quick:
         extra = ["--max_train_samples", "32", "--max_steps", "2"]
@@ -396,7 +396,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
     if not args.report:
         todo = [(method, rate, seed) for method in methods
-                for rate in (rates(method)[1:2] if args.quick else chosen_rates(method, wanted, model_of(data)))
+                for rate in (rates(method)[1:2] if args.quick else chosen_rates(method, wanted, model))
                 for seed in seeds[:1] if cell_key(method, rate, seed) not in done]
         lock = threading.Lock()
 
@@ -410,7 +410,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                       f"({row['seconds']:.0f} s)", flush=True)
 
         run_cells(todo, one, args.jobs)
-        finalists = {method: finalist_rates(done, method, seeds[0], args.top, chosen_rates(method, wanted, model_of(data)))
+        finalists = {method: finalist_rates(done, method, seeds[0], args.top, chosen_rates(method, wanted, model))
                       for method in methods}
         later = [(method, rate, seed) for seed in seeds[1:] for method in methods
                  for rate in (rates(method)[1:2] if args.quick else finalists[method])

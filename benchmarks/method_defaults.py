@@ -35,9 +35,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from typing import Dict, List, Optional
 
+from baselines import majority_share
 from jsonl_rows import read_rows
 from lr_sweep import (
     VARIANTS,
@@ -46,6 +46,7 @@ from lr_sweep import (
     check_results_data,
     data_flags,
     default_paths,
+    flag_value,
     machine_line,
     method_flags,
     rows_data,
@@ -57,11 +58,6 @@ from lr_sweep import (
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "glue.py")
 METHODS = [m for m in sweep_methods() if m not in VARIANTS] + list(VARIANTS)  # the recipes' methods, then variants
-
-
-def majority_share(labels: List[int]) -> float:
-    """The constant predictor's accuracy: the share of the most frequent label."""
-    return Counter(labels).most_common(1)[0][1] / len(labels)
 
 
 def validation_labels(validation_file: Optional[str] = None) -> Optional[List]:
@@ -83,10 +79,11 @@ def row_key(method: str, seed: int) -> str:
 def run_method(method: str, threads: int, extra: List[str], data: Optional[List[str]] = None,
                seed: Optional[int] = None) -> dict:
     """One recipe run on the method's defaults (``seed`` None: the recipe's own seed, no ``--seed`` flag)."""
-    data = [*(data or []), *(["--seed", str(seed)] if seed is not None else [])]
+    data = data or []
+    seed_flags = ["--seed", str(seed)] if seed is not None else []
     with tempfile.TemporaryDirectory(prefix="method_defaults_") as out:
-        command = [sys.executable, RECIPE, *method_flags(method), *data, "--save_strategy", "no", "--report_to", "none",
-                   "--output_dir", out, *extra]
+        command = [sys.executable, RECIPE, *method_flags(method), *data, *seed_flags, "--save_strategy", "no",
+                   "--report_to", "none", "--output_dir", out, *extra]
         start = time.time()
         proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
         seconds = time.time() - start
@@ -107,17 +104,10 @@ def run_method(method: str, threads: int, extra: List[str], data: Optional[List[
                "trained_values": summary.get("trainable_params"),
                "adapter_bytes": os.path.getsize(weights) if os.path.exists(weights) else None,
                "seconds": round(seconds, 1),
-               "command": shlex.join(["python", "recipes/glue.py", *method_flags(method), *data])}
-        if seed is not None:
-            data = data[:-2]  # the data flags, without the seed
+               "command": shlex.join(["python", "recipes/glue.py", *method_flags(method), *data, *seed_flags])}
         if data:
             row["data"] = data
         return row
-
-
-def validation_file_of(data: List[str]) -> Optional[str]:
-    """The ``--validation_file`` among a row's data flags (None: the offline default data)."""
-    return data[data.index("--validation_file") + 1] if "--validation_file" in data else None
 
 
 def markdown(rows: Dict[str, dict], majority: Optional[float], machine: str, data: Optional[List[str]] = None) -> str:
@@ -214,7 +204,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         run_cells([(m, seed) for seed in seeds for m in methods if not done(m, seed)], one, args.jobs)
     shown = rows_data(rows)
-    labels = None if args.quick else validation_labels(validation_file_of(shown))
+    labels = None if args.quick else validation_labels(flag_value(shown, "--validation_file"))
     majority = majority_share(labels) if labels else None
     table = markdown(rows, majority, machine_line(), shown)
     write_table(args.markdown, table)

