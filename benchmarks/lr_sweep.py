@@ -216,6 +216,30 @@ def best_rates(rows: Dict[str, dict]) -> Dict[str, dict]:
     return out
 
 
+def default_gap(rows: Dict[str, dict], method: str, default: Optional[float]) -> str:
+    """How far ``default`` falls behind the method's other rates, each compared like for like on the seeds both
+    ran (a rate run on seed 0 alone is weighed against the default's seed-0 score, not its two-seed mean): the
+    largest shortfall, as "-0.3 vs 0.001 (seed 0)", or "best" when no rate beats it; "not run" without its cells."""
+    scores: Dict[float, Dict[int, float]] = {}
+    for row in rows.values():
+        if row["method"] == method:
+            scores.setdefault(row["learning_rate"], {})[row["seed"]] = row["dev_accuracy"]
+    if default not in scores:
+        return "not run"
+    worst = None
+    for rate, by_seed in scores.items():
+        shared = sorted(set(by_seed) & set(scores[default]))
+        if rate == default or not shared:
+            continue
+        gap = statistics.mean(scores[default][s] - by_seed[s] for s in shared)
+        if worst is None or gap < worst[0]:
+            worst = (gap, rate, shared)
+    if worst is None or worst[0] >= 0:
+        return "best"
+    gap, rate, shared = worst
+    return f"{gap * 100:+.1f} vs {rate:g} (seed{'s' if len(shared) > 1 else ''} {', '.join(map(str, shared))})"
+
+
 def flag_value(flags: Optional[List[str]], flag: str) -> Optional[str]:
     """The value given to ``flag`` among recipe flags (None when absent)."""
     flags = list(flags or [])
@@ -269,12 +293,14 @@ def markdown(rows: Dict[str, dict], machine: str, data: Optional[List[str]] = No
     lines = ["Made by `python benchmarks/lr_sweep.py` (resumable; `--report` rewrites this file). " + cell +
              "Every rate runs on the first seed; the second seed runs only at each method's two best rates of the "
              "first, and the best is chosen among those on the two-seed mean. *default*: the rate the recipes pick "
-             "for this model without `--learning_rate`.",
+             "for this model without `--learning_rate`; *default vs the rest*: its largest shortfall in points "
+             "against any other rate run, the two compared on the seeds both ran.",
              ""]
     majority = dev_majority(rows)
     if majority is not None:
         lines += [f"Majority class of the dev split: **{majority * 100:.1f}%** (the constant predictor).", ""]
-    lines += ["| method | " + "rate: dev accuracy (mean over seeds; each seed) | best | default |", "| --- | --- | --- | --- |"]
+    lines += ["| method | rate: dev accuracy (mean over seeds; each seed) | best | default | default vs the rest |",
+              "| --- | --- | --- | --- | --- |"]
     model = model_of(data)
     for method in [m for m in sweep_methods() if m in summary]:
         entry = summary[method]
@@ -286,7 +312,8 @@ def markdown(rows: Dict[str, dict], machine: str, data: Optional[List[str]] = No
             cells.append(f"{mark}{rate:g}: {entry['means'][rate] * 100:.1f}{mark} ({each})")
         default = recipe_default(method, model)
         lines.append(f"| `{method}` | " + "; ".join(cells) + f" | {entry['best']:g} | "
-                     f"{'-' if default is None else f'{default:g}'} |")
+                     f"{'-' if default is None else f'{default:g}'} | "
+                     f"{'-' if default is None else default_gap(rows, method, default)} |")
     seeds = sorted({row["seed"] for row in rows.values()})
     lines.append("")
     lines.append(f"{len(rows)} runs, seeds {', '.join(map(str, seeds))}; {machine}.")

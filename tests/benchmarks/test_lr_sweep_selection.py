@@ -78,3 +78,16 @@ def test_the_table_names_the_rate_the_recipes_pick_for_the_model():
     assert sweep.model_of(["--model_name_or_path", "mpnet", "--max_train_samples", "1000"]) == "mpnet"
     table = sweep.markdown(rows(sweep, {(3e-3, 0): 0.8}), "a machine")
     assert f"| 0.003 | {recipe_methods()['bitfit'].default_learning_rate:g} |" in table
+
+
+def test_the_default_is_weighed_against_each_rate_on_the_seeds_both_ran():
+    sweep = sweep_module()
+    # the default (3e-3) ran on two seeds, 1e-3 on seed 0 only: 1e-3 is compared with the default's seed-0 score
+    done = rows(sweep, {(3e-3, 0): 0.80, (3e-3, 1): 0.90, (1e-3, 0): 0.83, (1e-2, 0): 0.70})
+    assert sweep.default_gap(done, "bitfit", 3e-3) == "-3.0 vs 0.001 (seed 0)"
+    assert sweep.default_gap(done, "bitfit", 1e-3) == "best"
+    assert sweep.default_gap(done, "bitfit", 3e-4) == "not run"
+    both = rows(sweep, {(3e-3, 0): 0.80, (3e-3, 1): 0.90, (1e-3, 0): 0.83, (1e-3, 1): 0.89})
+    assert sweep.default_gap(both, "bitfit", 3e-3) == "-1.0 vs 0.001 (seeds 0, 1)"
+    table = sweep.markdown(done, "a machine")
+    assert f"| {sweep.default_gap(done, 'bitfit', sweep.recipe_default('bitfit', None))} |\n" in table
