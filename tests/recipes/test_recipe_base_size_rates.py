@@ -170,3 +170,18 @@ def test_the_run_log_says_which_rate_was_chosen_and_why(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="bitfit_hf"):
         log_run_header(parsed, "demo")
     assert "the base-size default of --method adapterbias" in caplog.text
+
+
+def test_a_base_size_rate_replaces_a_recipes_offline_rate_too(tmp_path):
+    """A recipe's own offline rate (SQuAD trains BitFit at 1e-2 on MiniLM) is a small-model rate: on a wide model the
+    method's base-size rate stands in for it, and a method without one keeps the recipe's rate."""
+    defaults = RecipeDefaults(recipe="demo", offline_dataset="movie_reviews", offline_task="sst2",
+                              offline_learning_rates={"bitfit": 1e-2, "frozen": 1e-2})
+    wide = model_folder(tmp_path, "wide", hidden_size=768)
+    small = model_folder(tmp_path, "small", hidden_size=384)
+    bitfit, frozen = recipe_methods()["bitfit"], recipe_methods()["frozen"]
+    assert bitfit.base_size_learning_rate is not None and frozen.base_size_learning_rate is None
+    rate = {(method, folder): parse_recipe_args(_Data, defaults, ["--method", method, "--model_name_or_path", folder])
+            .training.learning_rate for method in ("bitfit", "frozen") for folder in (wide, small)}
+    assert rate[("bitfit", small)] == 1e-2 and rate[("bitfit", wide)] == bitfit.base_size_learning_rate
+    assert rate[("frozen", small)] == rate[("frozen", wide)] == 1e-2

@@ -48,7 +48,10 @@ def build_bitfit_ia3(common: CommonFlags, own: IA3Arguments) -> BitFitIA3Config:
 #: Default rates from benchmarks/lr_sweep.py on the GLUE recipe's default budget (its table has every rate's score, as
 #: for every method's default rate). ``ia3`` 3e-2: scaling vectors start at one and need a large step to move in
 #: 300 steps (1e-1 falls back). ``bitfit_ia3`` 3e-3: the biases set the limit (3e-2 diverges, as for BitFit alone).
-IA3_RECIPE = RecipeMethod("ia3", build_ia3, IA3Arguments, default_learning_rate=3e-2,
+#: On all-mpnet-base-v2 the next rate up from each (1e-1, 1e-2) predicted one class: the base-size defaults are one grid
+#: step down (benchmarks/results/lr_sweep-mpnet-1000.md), so a change of batch or data does not put them past the edge.
+IA3_RECIPE = RecipeMethod("ia3", build_ia3, IA3Arguments, default_learning_rate=3e-2, base_size_learning_rate=1e-2,
                           help="ia3: (IA)³ scaling vectors (peft) + head")
 BITFIT_IA3_RECIPE = RecipeMethod("bitfit_ia3", build_bitfit_ia3, IA3Arguments, bias_terms=True, default_learning_rate=3e-3,
+                                 base_size_learning_rate=1e-3,
                                  help="bitfit_ia3: bias terms + head + (IA)³ vectors")

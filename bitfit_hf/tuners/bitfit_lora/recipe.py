@@ -49,10 +49,11 @@ def build_bitfit_lora(common: CommonFlags, own: LoraArguments) -> BitFitLoraConf
 # rates for short runs. The table (benchmarks/results/lr_sweep.md) has every rate's score.
 # 1e-2 diverges for lora and bitfit_lora. On all-mpnet-base-v2 bitfit_lora's 3e-3 predicted one class at batch 8 (the GPU
 # study, docs/reproduction-gpu.md) and trained at batch 32 (benchmarks/results/lr_sweep-mpnet-1000.md): the base-size
-# default is 1e-3, a third of the edge.
+# default is 1e-3, a third of the edge. lora's 1e-2 predicted one class on all-mpnet-base-v2, so its base-size
+# default is also a grid step below its small-model one.
 RECIPE = (
     RecipeMethod("lora", build_lora, LoraArguments, help="lora: LoRA (peft) on --lora_target_modules + head",
-                 default_learning_rate=3e-3),
+                 default_learning_rate=3e-3, base_size_learning_rate=1e-3),
     RecipeMethod("bitfit_lora", build_bitfit_lora, LoraArguments, help="bitfit_lora: bias terms + head + LoRA",
                  bias_terms=True, default_learning_rate=3e-3, base_size_learning_rate=1e-3),
 )
