@@ -38,8 +38,9 @@ HINT = "The random baselines take the selection to match as --match_bias_terms."
 # They train BitFit's number of scalars, at BitFit's rate: the comparison changes only *which* scalars.
 # Default learning rates (without --learning_rate) come from benchmarks/lr_sweep.py on the GLUE recipe's default
 # budget (300 steps; a dev split carved from the training data, two seeds at each method's two best rates); they are
-# rates for short runs. The table (benchmarks/results/lr_sweep.md) has every rate's score.
+# rates for short runs. The table (benchmarks/results/lr_sweep.md) has every rate's score. On all-mpnet-base-v2
+# rand_uniform's 1e-1 predicted one class: its base-size default is a grid step below its small-model one.
 RAND_UNIFORM = RecipeMethod("rand_uniform", builder(RandUniformConfig), RandomSubsetArguments, help=HELP, hint=HINT,
-                            learning_rate_like="bitfit", default_learning_rate=3e-2)
+                            learning_rate_like="bitfit", default_learning_rate=3e-2, base_size_learning_rate=1e-2)
 RAND_ROW_COL = RecipeMethod("rand_row_col", builder(RandRowColConfig), RandomSubsetArguments, help=HELP, hint=HINT,
                             learning_rate_like="bitfit", default_learning_rate=1e-2)
