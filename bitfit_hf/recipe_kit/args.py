@@ -313,12 +313,14 @@ def parse_recipe_args(
         chosen["learning_rate"] = rates[method]
     like = recipes[method].learning_rate_like  # the random baselines follow BitFit's offline rate
     rate_key = like if like and method not in defaults.offline_learning_rates else method
+    owner = recipes[method]  # whose base-size rate a wide model gets: the method whose rate was taken
     if offline_data and rate_key in defaults.offline_learning_rates:
         chosen["learning_rate"] = defaults.offline_learning_rates[rate_key]
+        owner = recipes[rate_key]
     notes: List[str] = []
     if "learning_rate" not in given and "learning_rate" in chosen:
         chosen["learning_rate"], note = default_rate_for_model(
-            recipes[method], chosen["learning_rate"], model["config_name"] or model["model_name_or_path"],
+            owner, chosen["learning_rate"], model["config_name"] or model["model_name_or_path"],
             defaults.default_model_asset, model["model_revision"], model["gguf_file"])
         notes += [note] if note else []
     if default_use_cpu():

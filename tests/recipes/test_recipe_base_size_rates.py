@@ -185,3 +185,18 @@ def test_a_base_size_rate_replaces_a_recipes_offline_rate_too(tmp_path):
             .training.learning_rate for method in ("bitfit", "frozen") for folder in (wide, small)}
     assert rate[("bitfit", small)] == 1e-2 and rate[("bitfit", wide)] == bitfit.base_size_learning_rate
     assert rate[("frozen", small)] == rate[("frozen", wide)] == 1e-2
+
+
+def test_a_method_that_follows_bitfits_offline_rate_follows_its_base_size_rate_too(tmp_path):
+    """The random baselines train at BitFit's offline rate (``learning_rate_like``), so the comparison changes only
+    which scalars train; on a wide model they follow BitFit's base-size rate as well."""
+    defaults = RecipeDefaults(recipe="demo", offline_dataset="movie_reviews", offline_task="sst2",
+                              offline_learning_rates={"bitfit": 1e-2})
+    wide = model_folder(tmp_path, "wide", hidden_size=768)
+    small = model_folder(tmp_path, "small", hidden_size=384)
+    bitfit_wide = recipe_methods()["bitfit"].base_size_learning_rate
+    for method in ("rand_uniform", "rand_row_col"):
+        assert recipe_methods()[method].learning_rate_like == "bitfit"
+        rate = {folder: parse_recipe_args(_Data, defaults, ["--method", method, "--model_name_or_path", folder])
+                .training.learning_rate for folder in (wide, small)}
+        assert rate[small] == 1e-2 and rate[wide] == bitfit_wide, method
