@@ -110,6 +110,11 @@ def run_method(method: str, threads: int, extra: List[str], data: Optional[List[
         return row
 
 
+def points_over(accuracy: float, majority: float) -> str:
+    """Accuracy minus the majority class, in signed points: how far a run is from the constant predictor."""
+    return f"{(accuracy - majority) * 100:+.1f}"
+
+
 def markdown(rows: Dict[str, dict], majority: Optional[float], machine: str, data: Optional[List[str]] = None) -> str:
     if "--train_file" in (data or []):
         intro = (f"each row is `python recipes/glue.py` with no flag but the method's and `{shlex.join(data)}` "
@@ -136,8 +141,9 @@ def markdown(rows: Dict[str, dict], majority: Optional[float], machine: str, dat
     for row in rows.values():
         by_method.setdefault(row["method"], []).append(row)
     several = any(len(runs) > 1 for runs in by_method.values())
+    margin_head, margin_rule = (" lowest run vs majority |", " ---: |") if majority is not None else ("", "")
     lines += [f"| command | learning rate | trained values | adapter | before | after{' (mean; each seed)' if several else ''} "
-              "| train loss |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              f"| train loss |{margin_head}", f"| --- | ---: | ---: | ---: | ---: | ---: | ---: |{margin_rule}"]
     for method in [m for m in METHODS if m in by_method]:
         runs = sorted(by_method[method], key=lambda r: r["seed"])
         row = runs[0]
@@ -150,8 +156,14 @@ def markdown(rows: Dict[str, dict], majority: Optional[float], machine: str, dat
             after += " (" + ", ".join(f"seed {r['seed']}: {r['accuracy'] * 100:.1f}" for r in runs) + ")"
         losses = [f"{r['train_loss']:.3f}" for r in runs if r.get("train_loss") is not None]
         rates = sorted({r["learning_rate"] for r in runs})
+        margin = f" {points_over(min(r['accuracy'] for r in runs), majority)} |" if majority is not None else ""
         lines.append(f"| `{command}` | {' / '.join(f'{rate:g}' for rate in rates)} | {values} | {size} | {before} | "
-                     f"{after} | {' / '.join(losses) or '-'} |")
+                     f"{after} | {' / '.join(losses) or '-'} |{margin}")
+    if majority is not None and rows:
+        lowest = min(rows.values(), key=lambda r: r["accuracy"])
+        lines += ["", f"Lowest single run: `{lowest['method']}` on seed {lowest['seed']}, "
+                      f"{lowest['accuracy'] * 100:.1f}% ({points_over(lowest['accuracy'], majority)} points over the "
+                      f"majority class), across {len(rows)} run{'s' if len(rows) != 1 else ''}."]
     lines += ["", f"{machine}."]
     return "\n".join(lines) + "\n"
 
