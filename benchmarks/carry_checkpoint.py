@@ -62,7 +62,8 @@ def rounded_weights(path: str) -> tuple[bytes, Dict[str, str]]:
 
 
 def bundle(folder: str, weights: bytes) -> bytes:
-    """One tar of the folder's files (sorted, fixed metadata, so the same folder gives the same bytes)."""
+    """One tar of the folder's files (sorted, fixed metadata, so the same folder gives the same bytes). Hidden files
+    at the top stay behind: an asset's manifest would no longer match the rounded weights."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         def add(name: str, data: bytes) -> None:
@@ -98,7 +99,7 @@ def pack(folder: str, out: str, part_mib: float, compress: bool = True) -> dict:
     weights, widened = rounded_weights(weights_path) if os.path.isfile(weights_path) else (b"", {})
     whole = bundle(folder, weights)
     if compress:
-        whole = lzma.compress(whole, preset=6)
+        whole = lzma.compress(whole, preset=1)  # fast; float16 matrices gain little from more
     size = max(1, int(part_mib * 1024 * 1024))
     os.makedirs(out, exist_ok=True)
     parts: List[dict] = []

@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ASSETS=gpu_assets
-PART_MIB=${PART_MIB:-29}
+PART_MIB=${PART_MIB:-27}
 DATA_ASSETS="movie_reviews vitaminc wsj_pos squad_dev"
 WHEELS="datasets==5.2.0 evaluate==0.4.6 dill==0.4.1 multiprocess==0.70.19"
 STUDY=(--budget gpu --device cuda --model_name_or_path /tmp/mpnet-fp16 "--recipe_args=--tf32 True"
@@ -45,13 +45,15 @@ plan() {
     echo "Each transfer is one call to the GPU machine, naming these paths in its carry (parts stay there between"
     echo "calls); the last call runs: bash benchmarks/gpu_finish_study.sh run"
     "${PYTHON:-python}" benchmarks/carry_checkpoint.py plan "$ASSETS/mpnet" "$ASSETS/data" \
-        --with-first "$ASSETS/wheels-py312" --call-mib "${CALL_MIB:-58}"
+        --with-first "$ASSETS/wheels-py312" --call-mib "${CALL_MIB:-56}"
 }
 
 run() {
-    mkdir -p /tmp/site
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        "$ASSETS"/wheels-py312/*.whl
+    if ! python3 -c "import datasets, evaluate" 2>/dev/null; then  # the GPU image lacks them; carried as wheels
+        mkdir -p /tmp/site
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            "$ASSETS"/wheels-py312/*.whl
+    fi
     export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 BITFIT_HF_OFFLINE=1
     export BITFIT_HF_CACHE=/tmp/assets
     [ -d /tmp/mpnet-fp16 ] || python3 benchmarks/carry_checkpoint.py unpack "$ASSETS/mpnet" /tmp/mpnet-fp16
