@@ -15,7 +15,7 @@ model loads as before. ``check`` says which parts are missing or damaged without
 Rounding is deterministic, so the same folder packs to the same parts on every machine (the study's cells name
 the unpacked folder, ``/tmp/mpnet-fp16``, as their base). The unpacked folder is written beside its
 destination and renamed into place only once complete, so an interrupted unpack leaves nothing half-written.
-It needs torch and safetensors only, not the project, so it runs on the far machine before anything is installed.
+On the far machine the checkout is on ``PYTHONPATH`` (gpu_finish_study.sh sets it), so the project's helpers load there.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from typing import Dict, List, Optional
 
 import torch
 from safetensors.torch import load_file, save
+
+from bitfit_hf.utils.io import write_bytes_atomic
 
 WEIGHTS = "model.safetensors"
 MANIFEST = "manifest.json"
@@ -106,24 +108,12 @@ def pack(folder: str, out: str, part_mib: float, compress: bool = True) -> dict:
     for index, start in enumerate(range(0, len(whole), size)):
         piece = whole[start:start + size]
         name = f"part-{index:03d}"
-        write_atomic(os.path.join(out, name), piece)
+        write_bytes_atomic(os.path.join(out, name), piece)
         parts.append({"name": name, "bytes": len(piece), "sha256": sha256(piece)})
     manifest = {"format": FORMAT, "source": os.path.abspath(folder), "bytes": len(whole), "sha256": sha256(whole),
                 "compression": "xz" if compress else None, "parts": parts, "widen": widened}
-    write_atomic(os.path.join(out, MANIFEST), (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    write_bytes_atomic(os.path.join(out, MANIFEST), (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     return manifest
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def read_manifest(parts_dir: str) -> dict:
@@ -223,7 +213,7 @@ def widen(path: str, dtypes: Dict[str, str]) -> None:
     tensors = load_file(path)
     for name, dtype in dtypes.items():
         tensors[name] = tensors[name].to(getattr(torch, dtype))
-    write_atomic(path, save(tensors))
+    write_bytes_atomic(path, save(tensors))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -161,7 +161,8 @@ def markdown(rows: Dict[str, dict], majority: Optional[float], machine: str, dat
                      f"{after} | {' / '.join(losses) or '-'} |{margin}")
     if majority is not None and rows:
         lowest = min(rows.values(), key=lambda r: r["accuracy"])
-        lines += ["", f"Lowest single run: `{lowest['method']}` on seed {lowest['seed']}, "
+        name = " ".join(method_flags(lowest["method"])[1:])  # as the user types it: adapterbias --share_alpha
+        lines += ["", f"Lowest single run: `{name}` on seed {lowest['seed']}, "
                       f"{lowest['accuracy'] * 100:.1f}% ({points_over(lowest['accuracy'], majority)} points over the "
                       f"majority class), across {len(rows)} run{'s' if len(rows) != 1 else ''}."]
     lines += ["", f"{machine}."]
