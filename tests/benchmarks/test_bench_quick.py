@@ -24,7 +24,7 @@ def _run(script, tmp_path, *extra, timeout=1800):
 
 @pytest.mark.slow
 def test_train_cost_quick(tmp_path):
-    """With --jobs 2 the workers load side by side, the path a GPU run takes; the rows must not depend on it."""
+    """With --jobs 2 the workers load side by side, the path a GPU run takes; every row's checks must hold there too."""
     result = _run("train_cost.py", tmp_path, "--jobs", "2")
     assert all(res["jobs"] == 2 for res in result["models"].values())
     assert set(result["models"]) == {"tiny", "minilm"}
