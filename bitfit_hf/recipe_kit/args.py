@@ -249,6 +249,42 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: The environment variable the ``bitfit-hf train`` command sets to the words that ran the recipe, for its usage line
+#: and its error lines (``bitfit-hf train glue``; ``glue.py`` when the script runs itself).
+PROG_ENV = "BITFIT_HF_PROG"
+
+
+def recipe_prog() -> str:
+    """What the recipe is called in its usage and error lines."""
+    return os.environ.get(PROG_ENV) or os.path.basename(sys.argv[0])
+
+
+def show_run_defaults(parser, applied: Dict[str, Any], method: str, rate_follows_model: bool) -> None:
+    """Make ``--help`` print the value a run would use (the recipe's and the method's defaults, not
+    ``TrainingArguments``' own), say where each comes from, and give every ``--no_X`` switch its own text."""
+    why = {
+        "learning_rate": f"--method {method}'s default" + (", for this model's width" if rate_follows_model else
+                                                           f"; {BASE_SIZE_WIDTH} or more wide models may take another, "
+                                                           "see --method"),
+        "use_cpu": "no accelerator found",
+        "do_train": "neither --do_train, --do_eval nor --do_predict given",
+        "do_eval": "neither --do_train, --do_eval nor --do_predict given",
+        "output_dir": "outputs/<recipe>-<task>-<method>",
+    }
+    parser.prog = recipe_prog()
+    for action in parser._actions:
+        if action.dest in applied and action.option_strings and not action.option_strings[0].startswith("--no_"):
+            action.default = applied[action.dest]
+            note = why.get(action.dest, "this recipe's default")
+            action.help = f"{action.help or ''} [default set by the recipe: {note}]".strip()
+    positive = {action.dest: action for action in parser._actions if action.option_strings
+                and not action.option_strings[0].startswith("--no_")}
+    for action in parser._actions:
+        first = action.option_strings[0] if action.option_strings else ""
+        if first.startswith("--no_") and action.dest in positive:
+            action.help = f"Turn off --{action.dest} (the same as --{action.dest} false)."
+
+
 def parse_recipe_args(
     data_class: type,
     defaults: RecipeDefaults,
@@ -267,6 +303,7 @@ def parse_recipe_args(
     composed = _composed()
     recipes, rates = composed["RECIPE_METHODS"], composed["DEFAULT_LEARNING_RATES"]
     parser = HfArgumentParser((ModelArguments, data_class, composed["BitFitArguments"], training_class))
+    parser.prog = recipe_prog()
 
     # A method's own boolean flags that keep its runs' default output folders apart (--share_alpha: -shared).
     suffix_flags = list(dict.fromkeys(flag for recipe in recipes.values() for flag, _ in recipe.output_suffix))
@@ -334,6 +371,9 @@ def parse_recipe_args(
         variant = "".join(suffix for flag, suffix in recipes[method].output_suffix
                           if str(switches[flag]).lower() in ("true", "1", "yes"))
         applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}{variant}")
+
+    if not from_file and {"-h", "--help"} & set(argv):
+        show_run_defaults(parser, applied, method, bool(notes))
 
     if from_file:
         values = {**applied, **file_values}

@@ -33,6 +33,7 @@ from bitfit_hf.recipe_kit.args import (
     check_data_args,
     check_training_args,
     parse_recipe_args,
+    recipe_prog,
 )
 from bitfit_hf.recipe_kit.errors import RecipeError
 from bitfit_hf.recipe_kit.output_dir import check_output_dir, claim_output_dir, release_output_dir
@@ -425,7 +426,7 @@ def cli_entry(main: Callable[[], Any]) -> None:
     flag, a missing asset, a bad adapter, a Hub refusal) prints one ``error:`` line and exits with
     status 2 instead of a traceback. A run that finished destroys its process groups (under a launcher)."""
     try:
-        exit_on_user_error(main, os.path.basename(sys.argv[0]))
+        exit_on_user_error(main, recipe_prog())
         release_process_group()
     finally:
         release_output_dir()  # the run's lock, whatever way it ended

