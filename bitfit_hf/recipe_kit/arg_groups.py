@@ -137,6 +137,10 @@ DROP_LAST_HELP = ("Drop the last partial batch of each training epoch only (eval
                   "example, unlike --dataloader_drop_last); on with the fast path.")
 OVERWRITE_HELP = ("Write over the outputs of an earlier run in --output_dir (its adapter, checkpoints and results); "
                   "without it (and without --resume_from_checkpoint) a run refuses a folder that holds them.")
+PROBE_HELP = ("Start the head from a converged linear probe (LP-FT): the encoder runs once over the training set, "
+              "the head is fitted on the cached features (full-batch L-BFGS), then the method trains. With --method "
+              "frozen the probe is the whole training. Its time counts in train_runtime's neighbour probe_*_seconds.")
+PROBE_L2_HELP = "The probe's L2 penalty on the head's weights (mean loss + l2/2 * ||W||^2)."
 _TRAINING_CLASSES: Dict[type, type] = {}
 
 
@@ -160,6 +164,10 @@ def recipe_training_class(base: type) -> type:
         extra.append(("drop_last_train_batch", bool, field(default=False, metadata={"help": DROP_LAST_HELP})))
     if "length_buckets" not in known:
         extra.append(("length_buckets", Optional[str], field(default=None, metadata={"help": LENGTH_BUCKETS_HELP})))
+    if "probe_head_start" not in known:
+        extra.append(("probe_head_start", bool, field(default=False, metadata={"help": PROBE_HELP})))
+    if "probe_l2" not in known:
+        extra.append(("probe_l2", float, field(default=1e-3, metadata={"help": PROBE_L2_HELP})))
     if not extra:
         return base
     if base not in _TRAINING_CLASSES:

@@ -89,7 +89,11 @@ class BitFitTrainerBase(Trainer):
     arguments have one, as the recipes' do, else float32) stores the frozen Linear weights in bf16 under
     ``bf16=True``: see :mod:`bitfit_hf.training.frozen_dtype`. ``drop_last_train_batch`` (default:
     ``args.drop_last_train_batch`` where the arguments have one, as the recipes' do) drops the last partial
-    training batch only, for compiled steps of one shape (docs/speed.md).
+    training batch only, for compiled steps of one shape (docs/speed.md). ``probe_head_start`` (default:
+    ``args.probe_head_start`` where the arguments have one, as the recipes' do, else off) fits the head to
+    convergence on the frozen encoder's features before the first step (:mod:`bitfit_hf.training.probe`,
+    :meth:`fit_probe_head`); ``probe_l2`` is that fit's L2 penalty. The frozen method (head only) is then
+    done: ``train()`` fits the probe and takes no optimizer step.
     """
 
     def __init__(
@@ -104,6 +108,8 @@ class BitFitTrainerBase(Trainer):
         pooling_head: str = "checkpoint",
         frozen_dtype: Optional[Any] = None,
         drop_last_train_batch: Optional[bool] = None,
+        probe_head_start: Optional[bool] = None,
+        probe_l2: Optional[float] = None,
         **trainer_kwargs,
     ):
         if "bitfit_config" in trainer_kwargs:
@@ -154,6 +160,10 @@ class BitFitTrainerBase(Trainer):
         if getattr(self.args, "activation_checkpointing", None) or getattr(self.args, "gradient_checkpointing", False):
             self._prepare_gradient_checkpointing()
         self._summary_logged = False
+        self.probe_head_start = bool(probe_head_start if probe_head_start is not None
+                                     else getattr(self.args, "probe_head_start", False))
+        self.probe_l2 = probe_l2 if probe_l2 is not None else getattr(self.args, "probe_l2", None)
+        self.probe_result = None  # what the probe head start did (fit_probe_head), for the run's metrics
         # The biases before training: b0 of the bias-change heat map in the model card (docs/hub.md).
         self._base_biases = _snapshot_base_biases(model, state)
 
@@ -242,9 +252,46 @@ class BitFitTrainerBase(Trainer):
             logger.info("Trainable parameters (%s):\n%s", method_label(self.method_config), self.tuner_state.summary)
             self._summary_logged = True
         reset_evaluation_wrapping(self)  # evaluate() before train() left the model unwrappable (DDP) / an inference engine
+        if self.probe_head_start and resume_from_checkpoint is None and self.probe_result is None:
+            self.fit_probe_head()
+            if getattr(self.method_config, "preset", None) == "frozen":  # the head is all it trains: the probe fitted it
+                return self._probe_only_output()
         # training_step filters non-finite losses on the device: the loop's own check (a host read) is off meanwhile
         with self._args_set("logging_nan_inf_filter", False, when=self._nonfinite_on_device):
             return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def fit_probe_head(self, dataset=None):
+        """Fit the head to convergence on the frozen encoder's features of ``dataset`` (default: the training
+        set), in place, before training (:mod:`bitfit_hf.training.probe`); returns the
+        :class:`~bitfit_hf.training.probe.ProbeResult`, also kept as ``probe_result``. Every process fits
+        the same head: each runs the whole set (no sharding) and the fit is deterministic."""
+        from torch.utils.data import DataLoader
+
+        from bitfit_hf.training.probe import DEFAULT_L2, probe_head
+
+        dataset = dataset if dataset is not None else self.train_dataset
+        if dataset is None:
+            raise ValueError("fit_probe_head needs a training dataset.")
+        model = unwrap(self.model)
+        keys = set(inspect.signature(model.forward).parameters) | {"label", "labels", "label_ids"}
+        if hasattr(dataset, "column_names"):
+            dataset = dataset.remove_columns([c for c in dataset.column_names if c not in keys])
+        loader = DataLoader(dataset, batch_size=self.args.per_device_eval_batch_size, shuffle=False,
+                            collate_fn=self.data_collator)
+        self.probe_result = probe_head(model, loader, l2=self.probe_l2 if self.probe_l2 is not None else DEFAULT_L2,
+                                       device=self.args.device)
+        self.log(self.probe_result.as_metrics())
+        return self.probe_result
+
+    def _probe_only_output(self):
+        """``train()``'s result for the frozen method under the probe head start: no optimizer step was taken."""
+        from transformers.trainer_utils import TrainOutput
+
+        result = self.probe_result
+        seconds = result.feature_seconds + result.fit_seconds
+        metrics = {"train_runtime": round(seconds, 4), "train_loss": result.loss_after, **result.as_metrics()}
+        self.state.global_step = 0
+        return TrainOutput(0, result.loss_after, metrics)
 
     def get_train_dataloader(self):
         """``Trainer``'s; with ``drop_last_train_batch`` every training batch is full (one shape for a compiled step),

