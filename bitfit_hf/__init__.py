@@ -27,6 +27,7 @@ _EXPORTS = {
     "AdapterError": "adapters.config",
     "BaseModelMismatchError": "adapters.config",
     "AutoBitFitModel": "adapters.auto",
+    "load_tokenizer": "adapters.auto",
     "AdapterBank": "adapters.bank",
     "export_merged": "adapters.export",
     "export_peft": "adapters.peft_export",

@@ -92,7 +92,7 @@ class AutoBitFitModel:
             raise AdapterError(
                 f"Cannot load the adapter's base model {source!r}: {str(err).strip().splitlines()[0]} Pass a local "
                 "copy of it as base_model= (`--base-model DIR` on the command line), or put it in the Hugging "
-                "Face cache."
+                "Face cache (the packaged default bases: `bitfit-hf assets path minilm`, `... mpnet`)."
             ) from None
         remember_base_loading(model, kwargs.get("gguf_file"))
         return model
@@ -114,3 +114,32 @@ def _check_label_kwargs(cfg, kwargs) -> None:
             "num_labels / id2label (the adapter brings its head and label names), or train a new adapter for "
             f"{asked} labels."
         )
+
+
+#: Files that make a folder a tokenizer (the recipes save one beside the adapter).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "spiece.model")
+
+
+def load_tokenizer(adapter: Union[str, os.PathLike, BitFitAdapter], base_model: Optional[str] = None, **kwargs):
+    """The tokenizer that goes with ``adapter``: the adapter folder's own (the recipes save it there), else
+    its base's -- the packaged copy where one ships (the default bases, so this works offline), else the
+    Hub. ``base_model`` names another folder or Hub id to take it from. ``kwargs`` go to
+    ``AutoTokenizer.from_pretrained``."""
+    if not isinstance(adapter, BitFitAdapter) and base_model is None:
+        folder = os.path.expanduser(str(adapter))
+        if os.path.isdir(folder) and any(os.path.isfile(os.path.join(folder, f)) for f in _TOKENIZER_FILES):
+            return transformers.AutoTokenizer.from_pretrained(folder, **kwargs)
+    if base_model is not None:
+        source = named_model_or(os.path.expanduser(base_model))
+    else:
+        cfg = (adapter if isinstance(adapter, BitFitAdapter) else BitFitAdapter.from_pretrained(adapter)).config
+        if not cfg.base_model_name_or_path:
+            raise AdapterError("The adapter records no base model: pass base_model= (a folder or a Hub id).")
+        source = packaged_copy_or(cfg.base_model_name_or_path, cfg.base_model_revision)
+    try:
+        return transformers.AutoTokenizer.from_pretrained(source, **kwargs)
+    except OSError as err:
+        raise AdapterError(
+            f"Cannot load the tokenizer of the adapter's base {source!r}: {str(err).strip().splitlines()[0]} Pass a "
+            "local copy as base_model= (the packaged default bases: `bitfit-hf assets path minilm`, `... mpnet`)."
+        ) from None

@@ -302,6 +302,25 @@ def pad_multiple(training_args) -> Optional[int]:
     return 8 if training_args.fp16 or training_args.bf16 else None
 
 
+def _drop_end_of_training_checkpoint(trainer) -> None:
+    """transformers saves a checkpoint when training ends, off the ``--save_steps`` cadence too; once the
+    adapter is saved beside it, that copy (with its optimizer state) only fills the folder: removed. A
+    checkpoint the cadence wrote stays, as does everything with ``--save_strategy`` other than steps."""
+    import shutil
+
+    args, step = trainer.args, trainer.state.global_step
+    if str(getattr(args, "save_strategy", "")).split(".")[-1].lower() != "steps" or not step:
+        return
+    every = getattr(trainer.state, "save_steps", None) or args.save_steps  # a fraction becomes steps in the state
+    if every and every >= 1 and step % int(every) == 0:
+        return
+    folder = os.path.join(args.output_dir, f"checkpoint-{step}")
+    if trainer.is_world_process_zero() and os.path.isdir(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+        logger.info("Removed %s: written only because training ended (the adapter is saved); --save_steps %s "
+                    "checkpoints are kept.", folder, args.save_steps)
+
+
 def train_and_save(trainer, training_args, num_train_samples: int) -> Dict[str, float]:
     """Train (resuming when asked), save the adapter (or full model), and write ``train_results.json``.
 
@@ -310,6 +329,7 @@ def train_and_save(trainer, training_args, num_train_samples: int) -> Dict[str, 
     """
     result = trainer.train(resume_from_checkpoint=_resume_checkpoint(training_args))
     trainer.save_model(_internal_call=True)
+    _drop_end_of_training_checkpoint(trainer)
     metrics = dict(result.metrics)
     metrics["train_samples"] = num_train_samples
     trainer.log_metrics("train", metrics)

@@ -87,8 +87,7 @@ def create_app(engine: Engine, drain_timeout: Optional[float] = None) -> FastAPI
             result = engine.answer(entry, parsed, encoded, outputs, options)
             response = JSONResponse(result)
         except InputError as err:
-            if err.status == 404:
-                label = "unknown"
+            label = err.adapter or ("unknown" if err.status == 404 else label)
             response = _error(err)
         metrics.requests.labels(label, str(response.status_code)).inc()
         if response.status_code == 200:

@@ -178,6 +178,13 @@ class Engine:
         if unknown:
             raise InputError(422, f"unknown field(s) {', '.join(unknown)}; /predict takes {', '.join(fields)}.")
         entry = self.resolve(body.get("adapter"))
+        try:
+            return self._prepare_for(entry, body)
+        except InputError as err:
+            err.adapter = entry.name  # /metrics counts the refusal under the adapter asked for
+            raise
+
+    def _prepare_for(self, entry: Entry, body: Dict[str, Any]) -> Tuple[Entry, Any, list, Dict[str, Any]]:
         truncate = body.get("truncate", self.config.auto_truncate)
         raw_scores = body.get("raw_scores", False)
         impossible = body.get("handle_impossible_answer", False)

@@ -30,6 +30,7 @@ class InputError(Exception):
         self.message = message
         self.error_type = error_type
         self.extra = extra
+        self.adapter = None  # the served adapter the refused request named, once known
 
 
 def refused(err: InputRefused) -> InputError:

@@ -200,7 +200,7 @@ def fit_head(head: nn.Module, cache: ProbeCache, l2: float = DEFAULT_L2, max_ite
         with torch.no_grad():
             before = float(objective())
         optimizer = torch.optim.LBFGS(params, lr=1.0, max_iter=max_iter, tolerance_grad=1e-6,
-                                      tolerance_change=1e-10, history_size=20, line_search_fn="strong_wolfe")
+                                      tolerance_change=1e-12, history_size=20, line_search_fn="strong_wolfe")
 
         def closure():
             optimizer.zero_grad(set_to_none=True)

@@ -158,6 +158,12 @@ def test_routes_adapters_info_health_metrics(adapters, start_server):  # noqa: F
         assert name in text, name
     assert metric(text, "bitfit_serve_requests_total", adapter="c0", status="200") == 1
     assert metric(text, "bitfit_serve_adapters", mode="mixed") == 3
+    # a refused request counts under the adapter it named; an adapter that is not served, under "unknown"
+    assert predict(server.url, {"inputs": "the cat", "adapter": "c0", "top_k": 0})[0] == 422
+    assert predict(server.url, {"inputs": "the cat", "adapter": "nope"})[0] == 404
+    text = call(server.url, "GET", "/metrics")[2]
+    assert metric(text, "bitfit_serve_requests_total", adapter="c0", status="422") == 1
+    assert metric(text, "bitfit_serve_requests_total", adapter="unknown", status="404") == 1
     # one served adapter: "adapter" may be left out, as a TEI client would
     only = start_server(specs(adapters, "c2"))
     assert predict(only.url, {"inputs": "the cat"})[0] == 200

@@ -1,0 +1,142 @@
+"""The converged linear probe: for every head kind the recipes build, the fitted head sits at a minimum of its
+objective on the cache, the encoder is untouched, and the trainer's head start uses it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers as T
+
+from bitfit_hf.training.probe import (
+    ProbeError,
+    collect_head_inputs,
+    head_kind,
+    probe_head,
+    probe_objective,
+)
+
+torch.set_num_threads(2)
+
+
+def _bert_config(**kwargs):
+    return T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                        vocab_size=120, max_position_embeddings=64, **kwargs)
+
+
+def _batches(kind: str, n_batches: int = 3, size: int = 8, length: int = 10, num_labels: int = 3, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n_batches):
+        ids = torch.randint(5, 120, (size, length), generator=g)
+        mask = torch.ones(size, length, dtype=torch.long)
+        mask[: size // 2, length - 3:] = 0  # some padding
+        batch = {"input_ids": ids, "attention_mask": mask}
+        if kind == "sequence":
+            batch["labels"] = (ids[:, 1] % num_labels)  # learnable from the tokens
+        elif kind == "regression":
+            batch["labels"] = (ids[:, 1].float() / 120.0)
+        elif kind == "token":
+            labels = ids % num_labels
+            labels[mask == 0] = -100
+            labels[:, 0] = -100  # [CLS]-like positions unlabelled
+            batch["labels"] = labels
+        else:
+            start = torch.randint(0, length - 4, (size,), generator=g)
+            batch["start_positions"], batch["end_positions"] = start, start + 2
+        out.append(batch)
+    return out
+
+
+def _model(kind: str):
+    torch.manual_seed(0)
+    if kind == "sequence":
+        return T.BertForSequenceClassification(_bert_config(num_labels=3)).eval()
+    if kind == "regression":
+        return T.BertForSequenceClassification(_bert_config(num_labels=1)).eval()
+    if kind == "token":
+        return T.BertForTokenClassification(_bert_config(num_labels=3)).eval()
+    return T.BertForQuestionAnswering(_bert_config()).eval()
+
+
+def _head(model):
+    for name in ("classifier", "qa_outputs"):
+        if hasattr(model, name):
+            return getattr(model, name)
+    raise AssertionError("no head")
+
+
+@pytest.mark.parametrize("kind", ["sequence", "regression", "token", "qa"])
+def test_the_fitted_head_is_at_a_minimum_of_its_objective_and_the_encoder_is_untouched(kind):
+    model = _model(kind)
+    encoder = {n: p.detach().clone() for n, p in model.named_parameters() if not n.startswith(("classifier", "qa_outputs"))}
+    batches = _batches(kind)
+    result = probe_head(model, batches, l2=1e-2)
+    assert result.loss_after < result.loss_before
+    head = _head(model)
+    cache = collect_head_inputs(model, batches)
+    objective = probe_objective(head, cache, 1e-2)
+    loss = objective()
+    grads = torch.autograd.grad(loss, list(head.parameters()))
+    assert max(float(g.abs().max()) for g in grads) < 5e-4  # stationary (to float32 precision): the gradient vanishes
+    with torch.no_grad():  # and a minimum: every small step away raises the objective
+        for direction in range(4):
+            g = torch.Generator().manual_seed(direction)
+            steps = [1e-2 * torch.randn(p.shape, generator=g) for p in head.parameters()]
+            for p, s in zip(head.parameters(), steps):
+                p.add_(s)
+            assert float(objective()) > float(loss)
+            for p, s in zip(head.parameters(), steps):
+                p.sub_(s)
+    for name, param in model.named_parameters():
+        if name in encoder:
+            assert torch.equal(param, encoder[name]), name  # bit-identical
+    assert result.kind == ("sequence" if kind == "regression" else kind)
+
+
+def test_the_probe_reproduces_a_closed_form_ridge_regression():
+    """A regression head is linear least squares: the probe must land on the normal equations' answer."""
+    model = _model("regression")
+    batches = _batches("regression")
+    l2 = 1e-2
+    probe_head(model, batches, l2=l2)
+    cache = collect_head_inputs(model, batches)
+    x = torch.cat([c.reshape(-1, c.size(-1)) for c in cache.inputs]).double()
+    y = torch.cat([t["labels"] for t in cache.targets]).double()
+    n, d = x.shape
+    design = torch.cat([x, torch.ones(n, 1, dtype=torch.double)], dim=1)
+    # mean squared error + l2/2 ||w||^2 (the bias unpenalised): (X'X/n + l2/2 * 2/2 * D) b = X'y/n with D = diag(1..1, 0)
+    penalty = torch.diag(torch.cat([torch.full((d,), l2 / 2, dtype=torch.double), torch.zeros(1, dtype=torch.double)]))
+    solution = torch.linalg.solve(2 * design.T @ design / n + 2 * penalty, 2 * design.T @ y / n)
+    head = model.classifier
+    assert torch.allclose(head.weight.double().flatten(), solution[:d], atol=1e-3)
+    assert torch.allclose(head.bias.double(), solution[d:], atol=1e-3)
+
+
+def test_a_head_that_reads_the_first_token_is_fitted_on_that_token():
+    torch.manual_seed(0)
+    config = T.RobertaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                             vocab_size=120, max_position_embeddings=64, num_labels=3)
+    model = T.RobertaForSequenceClassification(config).eval()
+    batches = _batches("sequence")
+    cache = collect_head_inputs(model, batches)
+    assert cache.first_token and cache.inputs[0].shape[1:] == (1, 32)
+    result = probe_head(model, batches)
+    assert result.loss_after < result.loss_before
+
+
+def test_heads_the_probe_cannot_fit_are_refused_with_the_way_out():
+    model = T.BertForMaskedLM(_bert_config())
+    with pytest.raises(ProbeError, match="without --probe_head_start"):
+        head_kind(model)
+    torch.manual_seed(0)
+    distil = T.DistilBertForSequenceClassification(T.DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=64,
+                                                                      vocab_size=120, num_labels=2))
+    with pytest.raises(ProbeError, match="2 .*pre_classifier, classifier"):
+        probe_head(distil, _batches("sequence", num_labels=2))
+
+
+def test_batches_without_targets_are_an_error():
+    model = _model("sequence")
+    batches = [{k: v for k, v in b.items() if k != "labels"} for b in _batches("sequence")]
+    with pytest.raises(ProbeError, match="no labels"):
+        probe_head(model, batches)
