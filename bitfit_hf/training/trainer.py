@@ -258,7 +258,12 @@ class BitFitTrainerBase(Trainer):
                 return self._probe_only_output()
         # training_step filters non-finite losses on the device: the loop's own check (a host read) is off meanwhile
         with self._args_set("logging_nan_inf_filter", False, when=self._nonfinite_on_device):
-            return super().train(resume_from_checkpoint, *args, **kwargs)
+            output = super().train(resume_from_checkpoint, *args, **kwargs)
+        if self.probe_result is not None:  # the probe ran before the Trainer's clock and state began
+            probe = self.probe_result.as_metrics()
+            output.metrics.update(probe)
+            self.state.log_history.insert(0, {**probe, "step": 0})
+        return output
 
     def fit_probe_head(self, dataset=None):
         """Fit the head to convergence on the frozen encoder's features of ``dataset`` (default: the training
@@ -280,7 +285,6 @@ class BitFitTrainerBase(Trainer):
                             collate_fn=self.data_collator)
         self.probe_result = probe_head(model, loader, l2=self.probe_l2 if self.probe_l2 is not None else DEFAULT_L2,
                                        device=self.args.device)
-        self.log(self.probe_result.as_metrics())
         return self.probe_result
 
     def _probe_only_output(self):
@@ -291,6 +295,7 @@ class BitFitTrainerBase(Trainer):
         seconds = result.feature_seconds + result.fit_seconds
         metrics = {"train_runtime": round(seconds, 4), "train_loss": result.loss_after, **result.as_metrics()}
         self.state.global_step = 0
+        self.state.log_history.append({**result.as_metrics(), "step": 0})
         return TrainOutput(0, result.loss_after, metrics)
 
     def get_train_dataloader(self):
