@@ -64,7 +64,12 @@ RUNNER = os.path.join(HERE, "adapterhub_runner.py")
 
 #: Methods in table order; ``adapter`` runs AdapterHub's code in its own virtual environment.
 RECIPE_METHODS = ["full", "bitfit", "lora", "bitfit_lora", "ia3", "adapterbias"]
+#: ``METHOD+probe``: the method with the probe head start (``--probe_head_start``: the head first fitted to
+#: convergence on the frozen encoder's features); ``probe``: that probe alone (``--method frozen --probe_head_start``).
+PROBE_SUFFIX = "+probe"
+PROBE_ROW = "probe"
 METHODS = RECIPE_METHODS + ["adapter"]
+TABLE_ORDER = [PROBE_ROW] + [v for m in RECIPE_METHODS for v in (m, m + PROBE_SUFFIX)] + ["adapter"]
 #: AdapterHub's documented rate for adapters (docs.adapterhub.ml/training.html: "a default adapter learning rate
 #: of 1e-4 works well for most settings"; their run_glue example uses it).
 ADAPTER_LEARNING_RATE = 1e-4
@@ -74,7 +79,7 @@ ADAPTER_AT = "adapter@"
 TRAIN_SAMPLES, BATCH_SIZE, EPOCHS, DEV_SIZE = 3200, 32, 3, 1000
 #: What ``--adapter-venv --create-venv`` installs; torch pinned to the main environment's CPU build.
 ADAPTER_VENV_PACKAGES = ["torch==2.13.0", "adapters==1.3.*", "accelerate>=0.26"]
-TARGET_NAMES = ("upper", "lower")
+TARGET_NAMES = ("hard", "upper", "lower")
 
 
 # --------------------------------------------------------------------------- pure functions (unit-tested)
@@ -114,12 +119,17 @@ def training_seconds(log_history: Sequence[dict]) -> Optional[float]:
     return round(final[-1] - sum(e["eval_s"] or 0.0 for e in eval_log(log_history)), 4)
 
 
-def compute_targets(full_finals: Sequence[float], fractions: Dict[str, float]) -> Dict[str, float]:
-    """Each target = its fraction of full fine-tuning's mean final dev accuracy over the seeds run."""
+def compute_targets(full_finals: Sequence[float], fractions: Dict[str, float], hard_gap: Optional[float] = None
+                    ) -> Dict[str, float]:
+    """Each target = its fraction of full fine-tuning's mean final dev accuracy over the seeds run; with
+    ``hard_gap``, also ``hard`` = that accuracy less ``hard_gap`` (0.01: one point below full's final)."""
     if not full_finals:
         raise ValueError("the targets come from full fine-tuning's final accuracy: run --methods full first")
     reference = statistics.mean(full_finals)
-    return {name: fraction * reference for name, fraction in fractions.items()}
+    targets = {name: fraction * reference for name, fraction in fractions.items()}
+    if hard_gap is not None:
+        targets = {"hard": reference - hard_gap, **targets}
+    return targets
 
 
 def time_to_target(evals: Sequence[dict], target: float) -> Optional[dict]:
@@ -182,6 +192,17 @@ def adapter_rate(method: str) -> Optional[float]:
     return None
 
 
+def recipe_method_flags(method: str) -> Optional[List[str]]:
+    """The recipe flags that make a row: ``bitfit`` -> ``--method bitfit``; ``bitfit+probe`` adds
+    ``--probe_head_start``; ``probe`` is the frozen method with it. None for a name that is no recipe row."""
+    if method == PROBE_ROW:
+        return ["--method", "frozen", "--probe_head_start"]
+    base, probe = (method[: -len(PROBE_SUFFIX)], True) if method.endswith(PROBE_SUFFIX) else (method, False)
+    if base not in RECIPE_METHODS:
+        return None
+    return ["--method", base, *(["--probe_head_start"] if probe else [])]
+
+
 def run_key(method: str, seed: int) -> str:
     return f"{method}|{seed}"
 
@@ -233,9 +254,19 @@ def row_from_output(out: str, method: str, seed: int, command: List[str], second
 
     history = load("trainer_state.json")["log_history"]
     results, summary, memory = load("all_results.json"), load("trainable_summary.json"), load("tta_memory.json")
-    evals = eval_log(history)
-    train_s = training_seconds(history)
+    probe_s = round(results.get("probe_feature_seconds", 0.0) + results.get("probe_fit_seconds", 0.0), 4)
     steps = max((e["step"] for e in history), default=0)
+    if method == PROBE_ROW:  # no optimizer step: the probe's one fit is the whole training, scored once
+        evals = [{"step": 0, "epoch": 0.0, "accuracy": results["eval_accuracy"], "wall_s": probe_s, "train_s": probe_s,
+                  "eval_s": results.get("eval_runtime")}]
+        train_s = probe_s
+    else:
+        evals = eval_log(history)
+        train_s = training_seconds(history)
+        if probe_s:  # the probe ran before the Trainer's clock started: every time to a target includes it
+            evals = [{**e, "train_s": None if e["train_s"] is None else round(e["train_s"] + probe_s, 4),
+                      "wall_s": None if e["wall_s"] is None else round(e["wall_s"] + probe_s, 4)} for e in evals]
+            train_s = None if train_s is None else round(train_s + probe_s, 4)
     learning_rate = summary.get("learning_rate")
     if learning_rate is None and os.path.exists(os.path.join(out, "run_args.json")):
         learning_rate = load("run_args.json")["training_args"]["learning_rate"]
@@ -244,19 +275,19 @@ def row_from_output(out: str, method: str, seed: int, command: List[str], second
         "method": method, "seed": seed, "engine": engine, "learning_rate": learning_rate,
         "evals": evals, "final_accuracy": results["eval_accuracy"], "steps": steps,
         "epochs": results.get("epoch"), "train_s": train_s, "train_runtime": results.get("train_runtime"),
-        "seconds_per_step": round(train_s / steps, 4) if train_s and steps else None,
+        "seconds_per_step": round((train_s - probe_s) / steps, 4) if train_s and steps else None,
         "timing": "measured" if all(e["train_s"] is not None for e in evals) else "incomplete",
         "peak_mb": round(cuda if cuda is not None else memory["peak_rss_mb"], 1),
         "peak_kind": "cuda max_memory_allocated" if cuda is not None else "process peak RSS",
         "device": memory.get("device", "cpu"),
         "trainable_params": summary.get("trainable_params"), "total_params": summary.get("total_params"),
         "trainable_fraction": summary.get("trainable_fraction"),
-        "process_s": round(seconds, 1), "command": shlex.join(command),
+        "process_s": round(seconds, 1), "command": shlex.join(command), "probe_s": probe_s,
     }
 
 
 def run_recipe(method: str, seed: int, budget: dict, threads: int, extra: List[str]) -> dict:
-    flags = ["--method", method, "--seed", str(seed), "--data_seed", str(seed), *budget_flags(budget),
+    flags = [*recipe_method_flags(method), "--seed", str(seed), "--data_seed", str(seed), *budget_flags(budget),
              "--eval_before_training", "false", "--save_strategy", "no", "--report_to", "none", *extra]
     with tempfile.TemporaryDirectory(prefix="tta_") as out:
         command = [sys.executable, os.path.abspath(__file__), "--recipe-child", os.path.join(out, "tta_memory.json"),
@@ -340,7 +371,9 @@ def markdown(rows: Dict[str, dict], fractions: Dict[str, float], header: dict) -
     lines = [f"# Time to accuracy ({header.get('name', '')})", ""]
     if not full:
         return "\n".join(lines + ["No full fine-tuning run yet: the targets come from it.", ""])
-    targets = compute_targets(full, fractions)
+    hard_gap = header.get("hard_gap")
+    targets = compute_targets(full, fractions, hard_gap)
+    names = [name for name in TARGET_NAMES if name in targets]
     summary = summarize(runs, targets)
     majority = header.get("majority")
 
@@ -351,17 +384,24 @@ def markdown(rows: Dict[str, dict], fractions: Dict[str, float], header: dict) -
         return (f", {100 * (target - majority) / (statistics.mean(full) - majority):.0f}% of full's gain over the "
                 f"majority class, {100 * majority:.1f}%")
 
+    hard = (f"**Hard target** {100 * targets['hard']:.2f}% (full's final less {100 * hard_gap:.0f} point); "
+            if "hard" in targets else "")
     lines += [f"Full fine-tuning's final dev accuracy: {100 * statistics.mean(full):.2f}% (mean of {len(full)} seed(s)). "
-              f"**Upper target** {100 * targets['upper']:.2f}% ({100 * fractions['upper']:.0f}% of it{gain(targets['upper'])}); "
-              f"**lower target** {100 * targets['lower']:.2f}% ({100 * fractions['lower']:.0f}% of it{gain(targets['lower'])}).",
+              + hard +
+              f"**upper target** {100 * targets['upper']:.2f}% ({100 * fractions['upper']:.0f}% of it{gain(targets['upper'])}); "
+              f"**lower target** {100 * targets['lower']:.2f}% ({100 * fractions['lower']:.0f}% of it{gain(targets['lower'])}). "
+              "A `+probe` row starts its head from the converged probe (`--probe_head_start`); its times include the "
+              "probe (the encoder's pass over the training set and the fit). The `probe` row is that probe alone.",
               "",
-              "| method | trainable params | rate | time to lower (s) | steps / epochs to lower | time to upper (s) | "
-              "steps / epochs to upper | peak memory (MB) | final dev accuracy | s / step |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for method in [m for m in METHODS if m in summary] + sorted(set(summary) - set(METHODS)):
+              "| method | trainable params | rate | " + " | ".join(f"time to {n} (s) | steps / epochs to {n}"
+                                                          for n in reversed(names)) +
+              " | peak memory (MB) | final dev accuracy | s / step |",
+              "| --- | ---: | ---: | " + " | ".join("---: | ---:" for _ in names) + " | ---: | ---: | ---: |"]
+    order = [m for m in TABLE_ORDER if m in summary] + sorted(set(summary) - set(TABLE_ORDER))
+    for method in order:
         entry = summary[method]
         cells = []
-        for name in ("lower", "upper"):
+        for name in reversed(names):
             hit = entry["targets"][name]
             if not hit["reached"]:
                 cells += [f"not reached ({hit['runs']} seed(s))", "–"]
@@ -370,8 +410,8 @@ def markdown(rows: Dict[str, dict], fractions: Dict[str, float], header: dict) -
             cells += [_num(hit["train_s"]) + part, f"{hit['step']:.0f} / {hit['epoch']:.2f}"]
         label = f"`{method}`" + (" (AdapterHub `adapters`, own venv)" if entry["engine"] == "adapterhub" else "")
         share = _num(entry["trainable_fraction"] and 100 * entry["trainable_fraction"], "{:.3g}%")
-        lines.append(f"| {label} | {share} | {_num(entry['learning_rate'], '{:g}')} | {cells[0]} | {cells[1]} | {cells[2]} | "
-                     f"{cells[3]} | {_num(entry['peak_mb'])} | {100 * entry['final_mean']:.2f} ± {100 * entry['final_spread']:.2f} "
+        lines.append(f"| {label} | {share} | {_num(entry['learning_rate'], '{:g}')} | {' | '.join(cells)} | "
+                     f"{_num(entry['peak_mb'])} | {100 * entry['final_mean']:.2f} ± {100 * entry['final_spread']:.2f} "
                      f"| {_num(entry['seconds_per_step'], '{:.2f}')} |")
     kinds = sorted({r["peak_kind"] for r in runs})
     seeds = sorted({r["seed"] for r in runs})
@@ -428,6 +468,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--results", default=None, help="the JSONL (overrides --name)")
     parser.add_argument("--markdown", default=None, help="the table (default: beside the JSONL, .md)")
     parser.add_argument("--targets", default="0.95,0.90", help="upper,lower as fractions of full's final accuracy")
+    parser.add_argument("--hard-gap", type=float, default=0.01, help="the hard target: full's final accuracy less this "
+                        "(0.01: one point; a negative value leaves the column out)")
     parser.add_argument("--evals-per-epoch", type=int, default=4)
     parser.add_argument("--max-epochs", type=float, default=EPOCHS, help="the budget (the recipe's default: 3)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: all cores)")
@@ -441,9 +483,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS and adapter_rate(m) is None]
+    unknown = [m for m in methods if recipe_method_flags(m) is None and adapter_rate(m) is None]
     if unknown:
-        parser.error(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}, or {ADAPTER_AT}RATE (a positive rate)")
+        parser.error(f"unknown method(s) {unknown}; known: {', '.join(METHODS)}, each recipe method with {PROBE_SUFFIX} "
+                     f"(the probe head start), {PROBE_ROW} (the probe alone), or {ADAPTER_AT}RATE (a positive rate)")
     upper, lower = (float(x) for x in args.targets.split(","))
     fractions = {"upper": upper, "lower": lower}
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -463,7 +506,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.markdown is None:
         args.markdown = os.path.splitext(args.results)[0] + ".md"
     extra = shlex.split(args.recipe_args)
-    header = {"name": os.path.splitext(os.path.basename(args.results))[0], "eval_steps": budget["eval_steps"]}
+    header = {"name": os.path.splitext(os.path.basename(args.results))[0], "eval_steps": budget["eval_steps"],
+              "hard_gap": args.hard_gap if args.hard_gap >= 0 else None}
     stamp = {"machine": machine_line(), "table_command": shlex.join(["python", "benchmarks/time_to_accuracy.py", *argv])}
     rows = read_rows(args.results, lambda row: run_key(row["method"], row["seed"]))
     if not args.report:

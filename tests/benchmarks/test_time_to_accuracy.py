@@ -102,6 +102,38 @@ def test_summary_counts_the_seeds_that_reached_a_target():
     assert "No full fine-tuning run yet" in tta.markdown({"bitfit|0": rows[2]}, {"upper": 0.95, "lower": 0.9}, {})
 
 
+def test_probe_rows_and_the_hard_target():
+    assert tta.recipe_method_flags("bitfit") == ["--method", "bitfit"]
+    assert tta.recipe_method_flags("lora+probe") == ["--method", "lora", "--probe_head_start"]
+    assert tta.recipe_method_flags("probe") == ["--method", "frozen", "--probe_head_start"]
+    assert tta.recipe_method_flags("nope+probe") is None and tta.recipe_method_flags("adapter") is None
+    targets = tta.compute_targets([0.84, 0.82], {"upper": 0.95, "lower": 0.9}, hard_gap=0.01)
+    assert targets["hard"] == pytest.approx(0.82) and targets["upper"] == pytest.approx(0.95 * 0.83)
+
+
+def _run_folder(folder, history, results):
+    folder.mkdir()
+    for name, value in (("trainer_state.json", {"log_history": history}), ("all_results.json", results),
+                        ("trainable_summary.json", {"trainable_fraction": 0.01, "learning_rate": 3e-3}),
+                        ("tta_memory.json", {"peak_rss_mb": 100.0})):
+        (folder / name).write_text(json.dumps(value))
+    return str(folder)
+
+
+def test_the_probe_time_counts_in_every_time_to_a_target(tmp_path):
+    probe = {"probe_feature_seconds": 30.0, "probe_fit_seconds": 1.5}
+    out = _run_folder(tmp_path / "a", history(), {"eval_accuracy": 0.78, **probe})
+    row = tta.row_from_output(out, "bitfit+probe", 0, ["cmd"], 80.0, "recipe")
+    assert [e["train_s"] for e in row["evals"]] == [41.5, 51.5, 61.5]  # 10, 20, 30 s of training + the probe
+    assert row["train_s"] == 61.5 and row["probe_s"] == 31.5
+    assert row["seconds_per_step"] == pytest.approx(30.0 / 75)  # per optimizer step: the probe is not a step
+    alone = _run_folder(tmp_path / "b", [{"probe_loss": 0.4, "step": 0}, {"step": 0, "eval_accuracy": 0.77}],
+                        {"eval_accuracy": 0.77, **probe})
+    row = tta.row_from_output(alone, "probe", 0, ["cmd"], 40.0, "recipe")
+    assert row["evals"] == [{"step": 0, "epoch": 0.0, "accuracy": 0.77, "wall_s": 31.5, "train_s": 31.5, "eval_s": None}]
+    assert row["timing"] == "measured" and tta.time_to_target(row["evals"], 0.75)["train_s"] == 31.5
+
+
 def test_adapter_rows_at_other_rates():
     assert tta.adapter_rate("adapter") == tta.ADAPTER_LEARNING_RATE
     assert tta.adapter_rate("adapter@1e-3") == 1e-3
@@ -157,7 +189,7 @@ def test_quick_mode_writes_a_consistent_table_and_resumes(tmp_path):
     assert "seed=0 final" not in again.stdout  # both runs were already done: nothing ran
     assert len(results.read_text().splitlines()) == 2
 
-    report = subprocess.run([*command, "--report", "--targets", "2.0,1.5"], capture_output=True, text=True, cwd=ROOT,
+    report = subprocess.run([*command, "--report", "--targets", "2.0,1.5", "--hard-gap", "-1"], capture_output=True, text=True, cwd=ROOT,
                             env=env, timeout=600)
     assert report.returncode == 0, report.stderr[-3000:]
     assert (tmp_path / "tta.md").read_text().count("not reached (1 seed(s))") == 4
