@@ -11,7 +11,16 @@ from collections import Counter
 
 import pytest
 
-from bitfit_hf.data import CLAIM_LABELS, NLI_LABELS, read_bigbench_claims, read_conll, read_movie_reviews, read_snli_jsonl, read_squad_json, read_tagged_text
+from bitfit_hf.data import (
+    CLAIM_LABELS,
+    NLI_LABELS,
+    read_bigbench_claims,
+    read_conll,
+    read_movie_reviews,
+    read_snli_jsonl,
+    read_squad_json,
+    read_tagged_text,
+)
 from bitfit_hf.data.assets import AssetDownloadError, asset_path
 
 
