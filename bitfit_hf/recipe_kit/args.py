@@ -270,6 +270,7 @@ def show_run_defaults(parser, applied: Dict[str, Any], method: str, rate_follows
         "do_train": "neither --do_train, --do_eval nor --do_predict given",
         "do_eval": "neither --do_train, --do_eval nor --do_predict given",
         "output_dir": "outputs/<recipe>-<task>-<method>",
+        "probe_head_start": f"--method {method} starts from the converged probe",
     }
     parser.prog = recipe_prog()
     for action in parser._actions:
@@ -360,6 +361,8 @@ def parse_recipe_args(
             owner, chosen["learning_rate"], model["config_name"] or model["model_name_or_path"],
             defaults.default_model_asset, model["model_revision"], model["gguf_file"])
         notes += [note] if note else []
+    if recipes[method].probe_head_start:
+        chosen["probe_head_start"] = True
     if default_use_cpu():
         chosen["use_cpu"] = True
     if not given & {"do_train", "do_eval", "do_predict"}:

@@ -96,7 +96,7 @@ METHOD_ROWS: Dict[str, MethodRow] = {
         MethodRow("paper_subset", "BitFit b_q + b_m2", "bitfit", ("--bias_terms", "paper-subset")),
         MethodRow("b_q", "BitFit b_q only", "bitfit", ("--bias_terms", "b_q")),
         MethodRow("b_m2", "BitFit b_m2 only", "bitfit", ("--bias_terms", "b_m2")),
-        MethodRow("frozen", "frozen (head only)", "frozen"),
+        MethodRow("frozen", "frozen (head only, a converged linear probe)", "frozen"),
         MethodRow("full", "full fine-tuning", "full", cost_factor=1.4),
         MethodRow("rand_uniform", "random scalars (rand uniform)", "rand_uniform"),
         MethodRow("rand_row_col", "random rows/cols (rand row/col)", "rand_row_col"),

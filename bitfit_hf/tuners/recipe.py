@@ -80,6 +80,8 @@ class RecipeMethod:
             gives none for it (the random baselines follow ``bitfit``); ``""``: its own only.
         output_suffix: ``(own boolean flag, suffix)`` pairs: the flag set keeps a run's default output folder apart
             (``("share_alpha", "-shared")``).
+        probe_head_start: the recipes start its head from the converged linear probe unless
+            ``--probe_head_start false`` (:mod:`bitfit_hf.training.probe`): where that was measured to win.
     """
 
     name: str
@@ -93,3 +95,4 @@ class RecipeMethod:
     base_size_learning_rate: Optional[float] = None
     learning_rate_like: str = ""
     output_suffix: Tuple[Tuple[str, str], ...] = ()
+    probe_head_start: bool = False

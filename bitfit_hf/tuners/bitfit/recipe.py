@@ -34,5 +34,8 @@ RECIPE = (
     RecipeMethod("bitfit", build_bitfit, help="bitfit: bias terms + task head", bias_terms=True, default_learning_rate=3e-3,
                  base_size_learning_rate=1e-3),
     RecipeMethod("full", build_full, help="full: every parameter (the baseline)", default_learning_rate=1e-4),
-    RecipeMethod("frozen", build_frozen, help="frozen: the task head only", default_learning_rate=1e-2),
+    # The honest frozen baseline: the head fitted to convergence on the frozen encoder's features (the probe),
+    # not a few SGD epochs of it; --probe_head_start false trains the head by SGD at its rate instead.
+    RecipeMethod("frozen", build_frozen, help="frozen: the task head only (fitted as a converged linear probe)",
+                 default_learning_rate=1e-2, probe_head_start=True),
 )
