@@ -4,6 +4,7 @@ explicit flag, offline-default caps, argument files, and --method/--bias_terms c
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -209,3 +210,43 @@ def test_an_unknown_flag_is_a_clear_error_with_the_nearest_known_one(tmp_path):
     args_file.write_text('{"output_dir": "out", "warmup_ratio": 0.1}')
     with pytest.raises(RecipeError, match=r"unknown key\(s\) in .*args\.json: warmup_ratio"):
         parse(str(args_file))
+
+
+
+def _help(argv, capsys, monkeypatch, prog=None):
+    """The recipe's --help, as ``python glue.py`` (or, with ``prog``, the bitfit-hf command) prints it."""
+    import re
+
+    from recipe_support import load_recipe
+
+    monkeypatch.setattr(sys, "argv", ["glue.py"])
+    if prog:
+        monkeypatch.setenv("BITFIT_HF_PROG", prog)
+    with pytest.raises(SystemExit):
+        load_recipe("glue").main([*argv, "--help"])
+    out = capsys.readouterr().out
+    options = {}  # each option's help text, words joined (argparse wraps lines)
+    for block in re.split(r"\n  (?=--)", out):
+        flag = block.split()[0].rstrip(",")
+        options[flag] = " ".join(block.split())
+    return " ".join(out.split()), options
+
+
+def test_help_shows_the_values_a_run_uses(capsys, monkeypatch):
+    text, options = _help([], capsys, monkeypatch)
+    assert text.startswith("usage: glue.py ")
+    for flag, value in (("--learning_rate", "0.003"), ("--per_device_train_batch_size", "32"),
+                        ("--per_device_eval_batch_size", "64"), ("--logging_steps", "25"), ("--do_train", "True"),
+                        ("--do_eval", "True"), ("--output_dir", "outputs/glue-sst2-bitfit")):
+        assert options[flag].endswith(f"(default: {value})"), options[flag]
+        assert "default set by the recipe" in options[flag]
+    assert options["--no_train_head"].startswith("--no_train_head, --no-train-head Turn off --train_head")
+    assert "Turn off --eval_before_training" in options["--no_eval_before_training"]
+    _, frozen = _help(["--method", "frozen"], capsys, monkeypatch)
+    assert frozen["--output_dir"].endswith("(default: outputs/glue-sst2-frozen)")
+    assert frozen["--probe_head_start"].endswith("(default: True)") and "converged probe" in frozen["--probe_head_start"]
+
+
+def test_through_the_cli_the_usage_line_names_the_cli(capsys, monkeypatch):
+    text, _ = _help([], capsys, monkeypatch, prog="bitfit-hf train glue")
+    assert text.startswith("usage: bitfit-hf train glue ")
