@@ -83,6 +83,8 @@ def test_make_test_runs_the_readme_commands_by_hand(tmp_path):
     by_hand = [cmd for cmd in section(readme_blocks(), BY_HAND) if cmd[:2] != ["accelerate", "launch"]]
     assert make_dry_run("test", tmp_path, CUDA_GPU="no") == by_hand
     assert by_hand[-1] == ["python", "-m", "pytest", "--all"] and ["ruff", "check", "."] in by_hand
+    # every pinned asset source is looked up on the index before anything is fetched or tested
+    assert by_hand.index(["bitfit-hf", "assets", "check"]) < by_hand.index(["bitfit-hf", "assets", "fetch"])
 
 
 def test_make_demo_installs_the_readme_torch_and_runs_the_main_job(tmp_path):
