@@ -34,7 +34,7 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bitfit_hf.recipe_kit.arg_groups import (
     DataArguments,
@@ -212,6 +212,9 @@ class RecipeDefaults:
             budget is small (SQuAD: a higher BitFit rate); other methods keep :data:`DEFAULT_LEARNING_RATES`.
         default_model_asset: the model asset (:data:`bitfit_hf.data.assets.MODEL_ASSETS`) a run without
             ``--model_name_or_path`` uses, fetched before anything is loaded.
+        probe_head_start: the methods this recipe starts from the converged linear probe unless
+            ``--probe_head_start false`` (besides those whose ``RecipeMethod.probe_head_start`` says so): where it
+            was measured to win on this recipe's task.
     """
 
     recipe: str
@@ -221,6 +224,7 @@ class RecipeDefaults:
     offline_task: Optional[str] = None
     offline_learning_rates: Dict[str, float] = field(default_factory=dict)
     default_model_asset: str = "minilm"
+    probe_head_start: Tuple[str, ...] = ()
 
 
 @dataclass
@@ -361,7 +365,7 @@ def parse_recipe_args(
             owner, chosen["learning_rate"], model["config_name"] or model["model_name_or_path"],
             defaults.default_model_asset, model["model_revision"], model["gguf_file"])
         notes += [note] if note else []
-    if recipes[method].probe_head_start:
+    if recipes[method].probe_head_start or method in defaults.probe_head_start:
         chosen["probe_head_start"] = True
     if default_use_cpu():
         chosen["use_cpu"] = True
