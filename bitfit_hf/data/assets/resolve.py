@@ -82,7 +82,7 @@ def asset_path(name: str, fetch: bool = False, verify: bool = False) -> Path:
     """Path of the cached data file ``name`` (one of ``ASSETS``).
 
     Args:
-        name: ``"movie_reviews"``, ``"wsj_pos"``, ``"squad_dev"`` or ``"vitaminc"``.
+        name: ``"movie_reviews"``, ``"wsj_pos"``, ``"squad_dev"``, ``"squad_train"`` or ``"snli"``.
         fetch: download and extract the file when it is missing or corrupt.
         verify: hash the cached file (the size is always checked).
 
