@@ -193,14 +193,14 @@ def adapter_rate(method: str) -> Optional[float]:
 
 
 def recipe_method_flags(method: str) -> Optional[List[str]]:
-    """The recipe flags that make a row: ``bitfit`` -> ``--method bitfit``; ``bitfit+probe`` adds
-    ``--probe_head_start``; ``probe`` is the frozen method with it. None for a name that is no recipe row."""
+    """The recipe flags that make a row: ``bitfit`` -> ``--method bitfit --probe_head_start false``;
+    ``bitfit+probe`` -> ``... true``; ``probe`` is the frozen method with it. None for a name that is no recipe row."""
     if method == PROBE_ROW:
         return ["--method", "frozen", "--probe_head_start"]
     base, probe = (method[: -len(PROBE_SUFFIX)], True) if method.endswith(PROBE_SUFFIX) else (method, False)
     if base not in RECIPE_METHODS:
         return None
-    return ["--method", base, *(["--probe_head_start"] if probe else [])]
+    return ["--method", base, "--probe_head_start", "true" if probe else "false"]  # explicit: defaults may change
 
 
 def run_key(method: str, seed: int) -> str:

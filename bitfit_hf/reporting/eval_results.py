@@ -65,6 +65,8 @@ def eval_rows(eval_results: Union[None, Mapping[str, Any]], default_split: str =
         if not _is_number(value):
             continue
         prefix, _, metric = str(key).partition("_")
+        if prefix == "probe":  # the probe head start's own figures (train_results.json): not an evaluation
+            continue
         if str(key).startswith(_BEFORE_TRAINING_PREFIX):  # the recipes' evaluation of the untrained model
             split, metric = f"{default_split}{BEFORE_TRAINING}", str(key)[len(_BEFORE_TRAINING_PREFIX):]
         elif prefix in _SPLITS and metric:

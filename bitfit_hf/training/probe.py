@@ -42,6 +42,9 @@ __all__ = ["ProbeError", "ProbeCache", "ProbeResult", "head_kind", "collect_head
 DEFAULT_L2 = 1e-3
 #: L-BFGS iterations at most; the fit stops earlier once the gradient is flat.
 DEFAULT_MAX_ITER = 500
+#: The cache's size at most: past it the probe is fitted on the batches cached so far (a QA head over a whole
+#: SQuAD training set would cache every position of every window: tens of GB).
+DEFAULT_MAX_CACHE_BYTES = 2 << 30
 
 
 class ProbeError(ValueError):
@@ -76,6 +79,7 @@ class ProbeCache:
     targets: List[Dict[str, torch.Tensor]]
     first_token: bool = False  # a sequence head that reads the first token of a (B, T, H) input
     seconds: float = 0.0
+    truncated: bool = False  # the cache reached its size limit before the last batch
 
     @property
     def num_examples(self) -> int:
@@ -109,9 +113,11 @@ def _forward_keys(model: nn.Module) -> set:
 
 
 @torch.no_grad()
-def collect_head_inputs(model: nn.Module, batches, device: Optional[torch.device] = None) -> ProbeCache:
+def collect_head_inputs(model: nn.Module, batches, device: Optional[torch.device] = None,
+                        max_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES) -> ProbeCache:
     """Run ``model`` (in eval mode, no gradient) over ``batches`` (dicts of tensors, as a collator gives them)
-    and cache what its head module reads, with the loss targets of each batch."""
+    and cache what its head module reads, with the loss targets of each batch; once the cache holds
+    ``max_cache_bytes``, the remaining batches are left out (``ProbeCache.truncated``)."""
     kind = head_kind(model)
     _, head = _head_module(model)
     device = device or next(model.parameters()).device
@@ -123,12 +129,16 @@ def collect_head_inputs(model: nn.Module, batches, device: Optional[torch.device
     keys = _forward_keys(model)
     target_keys = {"sequence": ("labels",), "token": ("labels",), "qa": ("start_positions", "end_positions")}[kind]
     inputs, targets = [], []
+    cached_bytes, truncated = 0, False
     was_training = model.training
     model.eval()
     handle = head.register_forward_pre_hook(grab, with_kwargs=True)
     start = time.perf_counter()
     try:
         for batch in batches:
+            if cached_bytes >= max_cache_bytes:
+                truncated = True
+                break
             batch = dict(batch)
             if "label" in batch and "labels" not in batch:
                 batch["labels"] = batch.pop("label")
@@ -147,15 +157,16 @@ def collect_head_inputs(model: nn.Module, batches, device: Optional[torch.device
                 labels = target["labels"]
                 keep = labels != -100
                 feature, target = feature[keep], {"labels": labels[keep]}
+            if kind == "sequence" and feature.dim() == 3:  # RoBERTa / MPNet heads read features[:, 0]
+                feature = feature[:, :1].contiguous()
             inputs.append(feature)
             targets.append(target)
+            cached_bytes += feature.numel() * feature.element_size()
     finally:
         handle.remove()
         model.train(was_training)
-    first_token = kind == "sequence" and inputs and inputs[0].dim() == 3
-    if first_token:  # RoBERTa / MPNet heads read features[:, 0]: cache that token alone
-        inputs = [x[:, :1].contiguous() for x in inputs]
-    return ProbeCache(kind, inputs, targets, bool(first_token), time.perf_counter() - start)
+    first_token = kind == "sequence" and bool(inputs) and inputs[0].dim() == 3
+    return ProbeCache(kind, inputs, targets, first_token, time.perf_counter() - start, truncated)
 
 
 def _batch_loss(kind: str, logits: torch.Tensor, target: Dict[str, torch.Tensor]) -> torch.Tensor:
@@ -238,10 +249,14 @@ def _train_accuracy(head: nn.Module, cache: ProbeCache) -> Optional[float]:
 
 
 def probe_head(model: nn.Module, batches, l2: float = DEFAULT_L2, max_iter: int = DEFAULT_MAX_ITER,
-               device: Optional[Any] = None) -> ProbeResult:
+               device: Optional[Any] = None, max_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES) -> ProbeResult:
     """Cache what ``model``'s head reads over ``batches`` and fit the head on it (in place); see the module."""
     name, head = _head_module(model)
-    cache = collect_head_inputs(model, batches, device)
+    cache = collect_head_inputs(model, batches, device, max_cache_bytes)
+    if cache.truncated:
+        logger.warning("Probe head start: the cache reached %.1f GB, so the head is fitted on the first %d cached "
+                       "%s only (a head start, not the converged probe of the whole set).", max_cache_bytes / 2**30,
+                       cache.num_examples, "tokens" if cache.kind == "token" else "examples")
     if cache.num_examples == 0:
         raise ProbeError("No training example reached the head: nothing to fit the probe to.")
     start = time.perf_counter()

@@ -252,10 +252,18 @@ class BitFitTrainerBase(Trainer):
             logger.info("Trainable parameters (%s):\n%s", method_label(self.method_config), self.tuner_state.summary)
             self._summary_logged = True
         reset_evaluation_wrapping(self)  # evaluate() before train() left the model unwrappable (DDP) / an inference engine
-        if self.probe_head_start and resume_from_checkpoint is None and self.probe_result is None:
-            self.fit_probe_head()
-            if getattr(self.method_config, "preset", None) == "frozen":  # the head is all it trains: the probe fitted it
-                return self._probe_only_output()
+        if self.probe_head_start and resume_from_checkpoint is None and self.probe_result is None \
+                and self._probe_possible():
+            from bitfit_hf.training.probe import ProbeError
+
+            try:
+                self.fit_probe_head()
+            except ProbeError as err:  # a head the probe cannot fit: train from the head as loaded, as without it
+                logger.warning("Probe head start skipped, the head trains from its initial values: %s",
+                               str(err).replace(" Run without --probe_head_start.", ""))
+            else:
+                if getattr(self.method_config, "preset", None) == "frozen":  # the head is all it trains: fitted
+                    return self._probe_only_output()
         # training_step filters non-finite losses on the device: the loop's own check (a host read) is off meanwhile
         with self._args_set("logging_nan_inf_filter", False, when=self._nonfinite_on_device):
             output = super().train(resume_from_checkpoint, *args, **kwargs)
@@ -264,6 +272,15 @@ class BitFitTrainerBase(Trainer):
             output.metrics.update(probe)
             self.state.log_history.insert(0, {**probe, "step": 0})
         return output
+
+    def _probe_possible(self) -> bool:
+        """Whether the head's parameters are whole in this process: ZeRO-3 and FSDP shard them across ranks."""
+        plugin = getattr(getattr(getattr(self, "accelerator", None), "state", None), "deepspeed_plugin", None)
+        sharded = (self.is_deepspeed_enabled and getattr(plugin, "zero_stage", 0) == 3) or self.is_fsdp_enabled
+        if sharded:
+            logger.warning("Probe head start skipped: ZeRO-3 / FSDP shard the head's parameters across processes; the "
+                           "head starts as loaded (run with ZeRO-1/2 or one process for the head start).")
+        return not sharded
 
     def fit_probe_head(self, dataset=None):
         """Fit the head to convergence on the frozen encoder's features of ``dataset`` (default: the training

@@ -103,8 +103,8 @@ def test_summary_counts_the_seeds_that_reached_a_target():
 
 
 def test_probe_rows_and_the_hard_target():
-    assert tta.recipe_method_flags("bitfit") == ["--method", "bitfit"]
-    assert tta.recipe_method_flags("lora+probe") == ["--method", "lora", "--probe_head_start"]
+    assert tta.recipe_method_flags("bitfit") == ["--method", "bitfit", "--probe_head_start", "false"]
+    assert tta.recipe_method_flags("lora+probe") == ["--method", "lora", "--probe_head_start", "true"]
     assert tta.recipe_method_flags("probe") == ["--method", "frozen", "--probe_head_start"]
     assert tta.recipe_method_flags("nope+probe") is None and tta.recipe_method_flags("adapter") is None
     targets = tta.compute_targets([0.84, 0.82], {"upper": 0.95, "lower": 0.9}, hard_gap=0.01)

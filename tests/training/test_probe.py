@@ -140,3 +140,42 @@ def test_batches_without_targets_are_an_error():
     batches = [{k: v for k, v in b.items() if k != "labels"} for b in _batches("sequence")]
     with pytest.raises(ProbeError, match="no labels"):
         probe_head(model, batches)
+
+
+def test_the_cache_stops_at_its_size_limit_and_the_fit_still_runs(caplog):
+    model = _model("qa")
+    batches = _batches("qa", n_batches=4)
+    one_batch = 8 * 10 * 32 * 4  # examples x positions x hidden x float32 bytes
+    cache = collect_head_inputs(model, batches, max_cache_bytes=2 * one_batch)
+    assert cache.truncated and len(cache.inputs) == 2
+    result = probe_head(model, batches, max_cache_bytes=2 * one_batch)
+    assert result.examples == 16 and result.loss_after < result.loss_before
+    assert "fitted on the first 16 cached examples" in caplog.text
+
+
+def _trainer(model, tmp_path, **kwargs):
+    from transformers import TrainingArguments
+
+    from bitfit_hf import BitFitTrainer
+
+    rows = [{k: v[i] for k, v in b.items()} for b in _batches("sequence", num_labels=2) for i in range(8)]
+    args = TrainingArguments(str(tmp_path), max_steps=2, per_device_train_batch_size=8, report_to=[], use_cpu=True,
+                             save_strategy="no")
+    return BitFitTrainer(model, args, train_dataset=rows, **kwargs)
+
+
+def test_the_trainer_fits_the_probe_before_the_first_step(tmp_path):
+    model = T.BertForSequenceClassification(_bert_config(num_labels=2))
+    trainer = _trainer(model, tmp_path, probe_head_start=True)
+    output = trainer.train()
+    assert trainer.probe_result is not None and output.metrics["probe_examples"] == 24
+    assert trainer.state.log_history[0]["probe_loss"] == trainer.probe_result.loss_after
+
+
+def test_a_head_the_probe_cannot_fit_trains_as_without_it(tmp_path, caplog):
+    torch.manual_seed(0)
+    distil = T.DistilBertForSequenceClassification(T.DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=64,
+                                                                      vocab_size=120, num_labels=2))
+    trainer = _trainer(distil, tmp_path, probe_head_start=True)
+    assert trainer.train().global_step == 2 and trainer.probe_result is None
+    assert "Probe head start skipped" in caplog.text
