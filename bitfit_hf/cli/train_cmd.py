@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.flush()
     sys.stderr.flush()
-    os.environ["BITFIT_HF_PROG"] = f"bitfit-hf train {args.recipe}"  # the recipe's usage and error lines say so
+    env = {**os.environ, "BITFIT_HF_PROG": f"bitfit-hf train {args.recipe}"}  # the recipe's usage and error lines
     if os.name != "posix":  # pragma: no cover - Windows has no exec that keeps the process id
-        return subprocess.call(argv)
-    os.execv(argv[0], argv)  # become the recipe: its exit status, signals (Ctrl-C, SIGTERM) and output, unchanged
+        return subprocess.call(argv, env=env)
+    os.execve(argv[0], argv, env)  # become the recipe: its exit status, signals (Ctrl-C, SIGTERM) and output, unchanged
     return 0  # not reached

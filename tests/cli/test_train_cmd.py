@@ -36,7 +36,7 @@ def test_help_lists_every_recipe_with_its_summary():
 def test_recipe_help_is_the_recipes_own():
     res = run_cli("train", "glue", "--help")
     assert res.returncode == 0, res.stderr
-    assert "usage: glue.py" in res.stdout
+    assert "usage: bitfit-hf train glue" in res.stdout  # the words that ran it (python recipes/glue.py: glue.py)
     for flag in ("--method", "--train_file", "--validation_file", "--learning_rate"):
         assert flag in res.stdout
 
@@ -56,10 +56,11 @@ def test_no_recipe_prints_the_help_and_fails(capsys):
 def test_flags_reach_the_recipe_unchanged(monkeypatch):
     """The verb becomes ``python <package>/recipes/pos.py FLAGS`` (exec'd: no training here)."""
     calls = []
-    monkeypatch.setattr(os, "execv", lambda path, argv: calls.append((path, argv)))
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: calls.append((path, argv, env)))
     flags = ["--method", "lora", "--learning_rate", "1e-3", "--output_dir", "out dir", "--help"]
     assert main(["train", "pos", *flags]) in (0, None)
-    ((path, argv),) = calls
+    ((path, argv, env),) = calls
+    assert env["BITFIT_HF_PROG"] == "bitfit-hf train pos" and "BITFIT_HF_PROG" not in os.environ
     assert path == sys.executable and argv[0] == sys.executable and argv[2:] == flags
     assert Path(argv[1]).resolve() == (REPO / "recipes" / "pos.py").resolve()
 

@@ -74,12 +74,19 @@ def test_glue_recipe_cpu_ddp(single):
              _compare(run, single, "BitFit launch: 2 process(es), MULTI_CPU"))
 
 
-def test_glue_recipe_cpu_deepspeed_zero3(single):
+def test_glue_recipe_cpu_deepspeed_zero3(recipe_assets):
+    """ZeRO-3 shards the head, so the probe head start (the single-process default, which the DDP run above
+    matches) is skipped with a warning there: compared against a single process without it."""
     pytest.importorskip("deepspeed")
+    plain = [*COMMON, "--probe_head_start", "false"]
+    single = H.launch("recipe_single_no_probe", [[sys.executable, WRAPPER, GLUE, *plain,
+                                                  "--per_device_train_batch_size", "16"]])
+    assert single.ok, single.tail()
     port = H.free_port()
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(H.CONFIGS / "cpu_deepspeed_zero3.yaml"), "--main_process_port", str(port), WRAPPER, GLUE, *COMMON,
            "--per_device_train_batch_size", "8"]
     run = H.launch("recipe_zero3", [cmd], port=port)
+    assert "Probe head start skipped: ZeRO-3 / FSDP shard the head" in run.log, run.tail(20)
     H.record("recipes/glue.py cpu_deepspeed_zero3.yaml (MiniLM, eval before training)",
              _compare(run, single, "DeepSpeed ZeRO-3"))

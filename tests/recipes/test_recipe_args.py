@@ -220,6 +220,7 @@ def _help(argv, capsys, monkeypatch, prog=None):
     from recipe_support import load_recipe
 
     monkeypatch.setattr(sys, "argv", ["glue.py"])
+    monkeypatch.delenv("BITFIT_HF_PROG", raising=False)
     if prog:
         monkeypatch.setenv("BITFIT_HF_PROG", prog)
     with pytest.raises(SystemExit):
