@@ -137,7 +137,7 @@ def _fetch_data_file(spec: AssetSpec, target: Path, folders: Sequence[Path], dow
             logger.info(
                 "Fetching %s (%s) from %s (%s) into %s",
                 spec.name, spec.title or spec.name, source.what,
-                _megabytes(source.archive_size) if source.archive_size else spec.approx_download, target.parent,
+                source.approx_size or spec.approx_download, target.parent,
             )
             hint = registry_hint(spec.name)
             try:
@@ -170,10 +170,6 @@ def _first_lines(exc: Exception, count: int = 4) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
     tail = [line.strip() for line in lines[1:] if "error" in line.lower()]
     return " | ".join((lines[:1] + tail)[:count])
-
-
-def _megabytes(size: int) -> str:
-    return f"{size / 1e6:.1f} MB"
 
 
 def _extract_missing_siblings(spec: AssetSpec, source: ArchiveSource, archive: Path) -> None:

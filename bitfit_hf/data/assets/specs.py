@@ -87,6 +87,11 @@ class ArchiveSource:
         return f"{stem}.tar.gz" if self.kind == "sdist" else f"{stem}-"
 
     @property
+    def approx_size(self) -> str:
+        """The archive's size in words ("2.5 MB"), or "" when unknown."""
+        return _megabytes(self.archive_size) if self.archive_size else ""
+
+    @property
     def what(self) -> str:
         """In words, for messages: "the vaderSentiment==3.3.2 source archive"."""
         return f"the {self.requirement} {'source archive' if self.kind == 'sdist' else 'wheel'}"
