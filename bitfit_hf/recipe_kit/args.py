@@ -263,10 +263,10 @@ def recipe_prog() -> str:
     return os.environ.get(PROG_ENV) or os.path.basename(sys.argv[0])
 
 
-def show_run_defaults(parser, applied: Dict[str, Any], method: str, rate_follows_model: bool) -> None:
-    """Make ``--help`` print the value a run would use (the recipe's and the method's defaults, not
-    ``TrainingArguments``' own), say where each comes from, and give every ``--no_X`` switch its own text."""
-    why = {
+def default_notes(method: str, rate_follows_model: bool) -> Dict[str, str]:
+    """Where each default a recipe sets comes from, for ``--help`` (keyed by flag name; other recipe defaults read
+    "this recipe's default")."""
+    return {
         "learning_rate": f"--method {method}'s default" + (", for this model's width" if rate_follows_model else
                                                            f"; {BASE_SIZE_WIDTH} or more wide models may take another, "
                                                            "see --method"),
@@ -276,18 +276,29 @@ def show_run_defaults(parser, applied: Dict[str, Any], method: str, rate_follows
         "output_dir": "outputs/<recipe>-<task>-<method>",
         "probe_head_start": f"--method {method} starts from the converged probe",
     }
-    parser.prog = recipe_prog()
-    for action in parser._actions:
-        if action.dest in applied and action.option_strings and not action.option_strings[0].startswith("--no_"):
-            action.default = applied[action.dest]
-            note = why.get(action.dest, "this recipe's default")
-            action.help = f"{action.help or ''} [default set by the recipe: {note}]".strip()
-    positive = {action.dest: action for action in parser._actions if action.option_strings
-                and not action.option_strings[0].startswith("--no_")}
-    for action in parser._actions:
-        first = action.option_strings[0] if action.option_strings else ""
-        if first.startswith("--no_") and action.dest in positive:
-            action.help = f"Turn off --{action.dest} (the same as --{action.dest} false)."
+
+
+def recipe_parser(dataclass_types, help_notes: Optional[Dict[str, str]] = None):
+    """``HfArgumentParser`` over the recipe's dataclasses, named as the recipe was run (:func:`recipe_prog`).
+
+    Every ``--no_X`` switch gets its own help (transformers gives it the positive flag's); with ``help_notes``
+    (flag name -> where the run's default comes from) each such flag's help says so, for ``--help``."""
+    from transformers import HfArgumentParser
+
+    class RecipeArgumentParser(HfArgumentParser):
+        def __init__(self, types, notes):
+            self.help_notes = dict(notes or {})
+            super().__init__(types, prog=recipe_prog())
+
+        def add_argument(self, *names, **kwargs):
+            first = names[0] if names else ""
+            if first.startswith("--no_"):
+                kwargs["help"] = f"Turn off --{first[5:]} (the same as --{first[5:]} false)."
+            elif first[2:] in self.help_notes and "help" in kwargs:
+                kwargs["help"] = f"{kwargs['help'] or ''} [default set by the recipe: {self.help_notes[first[2:]]}]"
+            return super().add_argument(*names, **kwargs)
+
+    return RecipeArgumentParser(dataclass_types, help_notes)
 
 
 def parse_recipe_args(
@@ -300,15 +311,15 @@ def parse_recipe_args(
 
     Returns a :class:`ParsedArgs` that unpacks as ``model_args, data_args, bitfit_args, training_args``.
     """
-    from transformers import HfArgumentParser, TrainingArguments
+    from transformers import TrainingArguments
 
     training_class = training_class or recipe_training_class(TrainingArguments)
     argv = expand_home_in_argv(list(sys.argv[1:] if argv is None else argv))
     argv = group_by_length_alias(argv, training_class)
     composed = _composed()
     recipes, rates = composed["RECIPE_METHODS"], composed["DEFAULT_LEARNING_RATES"]
-    parser = HfArgumentParser((ModelArguments, data_class, composed["BitFitArguments"], training_class))
-    parser.prog = recipe_prog()
+    types = (ModelArguments, data_class, composed["BitFitArguments"], training_class)
+    parser = recipe_parser(types)
 
     # A method's own boolean flags that keep its runs' default output folders apart (--share_alpha: -shared).
     suffix_flags = list(dict.fromkeys(flag for recipe in recipes.values() for flag, _ in recipe.output_suffix))
@@ -379,8 +390,10 @@ def parse_recipe_args(
                           if str(switches[flag]).lower() in ("true", "1", "yes"))
         applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}{variant}")
 
-    if not from_file and {"-h", "--help"} & set(argv):
-        show_run_defaults(parser, applied, method, bool(notes))
+    if not from_file and {"-h", "--help"} & set(argv):  # the help shows the values this run would use
+        known_notes = default_notes(method, bool(notes))
+        parser = recipe_parser(types, {key: known_notes.get(key, "this recipe's default") for key in applied})
+        parser.set_defaults(**applied)
 
     if from_file:
         values = {**applied, **file_values}
