@@ -46,7 +46,7 @@ from bitfit_hf.training.pooling_head import apply_pooling_head, pooling_already_
 from bitfit_hf.training.quantized_base import biases_count_as_adapter
 from bitfit_hf.tuners import apply_method, method_label, training_penalty
 from bitfit_hf.tuners.errors import SelectionError
-from bitfit_hf.tuners.state import adapter_parameter_names, get_tuner_state, unwrap
+from bitfit_hf.tuners.state import adapter_parameter_names, detect_head_modules, get_tuner_state, unwrap
 from bitfit_hf.utils.constants import BIAS_CHANGE_JSON, SUMMARY_NAME, WEIGHTS_NAME
 from bitfit_hf.utils.io import write_json_atomic
 from bitfit_hf.utils.secrets import protect_secret_fields
@@ -262,7 +262,7 @@ class BitFitTrainerBase(Trainer):
                 logger.warning("Probe head start skipped, the head trains from its initial values: %s",
                                str(err).replace(" Run without --probe_head_start.", ""))
             else:
-                if getattr(self.method_config, "preset", None) == "frozen":  # the head is all it trains: fitted
+                if self._trains_only_the_head():  # the frozen method: the probe fitted all it trains
                     return self._probe_only_output()
         # training_step filters non-finite losses on the device: the loop's own check (a host read) is off meanwhile
         with self._args_set("logging_nan_inf_filter", False, when=self._nonfinite_on_device):
@@ -272,6 +272,13 @@ class BitFitTrainerBase(Trainer):
             output.metrics.update(probe)
             self.state.log_history.insert(0, {**probe, "step": 0})
         return output
+
+    def _trains_only_the_head(self) -> bool:
+        """Whether every trainable parameter belongs to the task head (``--method frozen``): then the fitted probe
+        is the whole training. Other methods with frozen biases (LoRA, (IA)³) train tensors of their own."""
+        model = unwrap(self.model)
+        heads = tuple(f"{name}." for name in detect_head_modules(model))
+        return all(name.startswith(heads) for name, p in model.named_parameters() if p.requires_grad)
 
     def _probe_possible(self) -> bool:
         """Whether the head's parameters are whole in this process: ZeRO-3 and FSDP shard them across ranks."""

@@ -179,3 +179,15 @@ def test_a_head_the_probe_cannot_fit_trains_as_without_it(tmp_path, caplog):
     trainer = _trainer(distil, tmp_path, probe_head_start=True)
     assert trainer.train().global_step == 2 and trainer.probe_result is None
     assert "Probe head start skipped" in caplog.text
+
+
+def test_a_method_with_frozen_biases_still_trains_after_the_probe(tmp_path):
+    """LoRA keeps every bias frozen, yet trains its matrices: only a head-only selection stops at the probe."""
+    from bitfit_hf import BitFitConfig, BitFitLoraConfig
+
+    lora = _trainer(T.BertForSequenceClassification(_bert_config(num_labels=2)), tmp_path / "lora",
+                    probe_head_start=True, method_config=BitFitLoraConfig(lora_r=2, bias_terms="frozen"))
+    assert lora.train().global_step == 2 and lora.probe_result is not None
+    frozen = _trainer(T.BertForSequenceClassification(_bert_config(num_labels=2)), tmp_path / "frozen",
+                      probe_head_start=True, method_config=BitFitConfig(bias_terms="frozen"))
+    assert frozen.train().global_step == 0 and frozen.probe_result is not None
