@@ -58,13 +58,23 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class MethodRow:
-    """A row of the method grid: the recipe ``--method`` and the flags that make this variant."""
+    """A row of the method grid: the recipe ``--method`` and the flags that make this variant.
+
+    ``probe``: the head starts from the converged linear probe (``--probe_head_start``). Every row passes the
+    switch explicitly, so a recipe default that changes never changes what a stored cell meant: the paper's
+    rows train their head from random numbers, and ``frozen`` *is* the probe, fitted once with no rate to sweep.
+    """
 
     name: str
     label: str
     method: str
     flags: Tuple[str, ...] = ()
     cost_factor: float = 1.0  # training cost relative to BitFit (full fine-tuning updates every weight)
+    probe: bool = False
+
+    @property
+    def head_flags(self) -> Tuple[str, ...]:
+        return ("--probe_head_start", "true" if self.probe else "false")
 
 
 TASKS: Dict[str, TaskSpec] = {
@@ -96,7 +106,7 @@ METHOD_ROWS: Dict[str, MethodRow] = {
         MethodRow("paper_subset", "BitFit b_q + b_m2", "bitfit", ("--bias_terms", "paper-subset")),
         MethodRow("b_q", "BitFit b_q only", "bitfit", ("--bias_terms", "b_q")),
         MethodRow("b_m2", "BitFit b_m2 only", "bitfit", ("--bias_terms", "b_m2")),
-        MethodRow("frozen", "frozen (head only, a converged linear probe)", "frozen"),
+        MethodRow("frozen", "frozen (head only, a converged linear probe)", "frozen", probe=True),
         MethodRow("full", "full fine-tuning", "full", cost_factor=1.4),
         MethodRow("rand_uniform", "random scalars (rand uniform)", "rand_uniform"),
         MethodRow("rand_row_col", "random rows/cols (rand row/col)", "rand_row_col"),

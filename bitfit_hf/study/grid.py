@@ -86,7 +86,7 @@ class Cell:
     def recipe_args(self, settings: StudySettings) -> List[str]:
         """The recipe's command line for this cell, without ``--output_dir``."""
         task, row = self.spec, self.row
-        argv: List[str] = [*task.data_flags, "--method", row.method, *row.flags]
+        argv: List[str] = [*task.data_flags, "--method", row.method, *row.flags, *row.head_flags]
         if settings.model_name_or_path:
             argv += ["--model_name_or_path", settings.model_name_or_path]
         if self.stage == SWEEP:
@@ -124,8 +124,15 @@ class Cell:
         return argv
 
     def key(self, settings: StudySettings) -> str:
-        """A short hash of the exact run (recipe and arguments): a stored result is reused only for it."""
-        text = "\0".join([self.spec.recipe, *self.recipe_args(settings)])
+        """A short hash of the exact run (recipe and arguments): a stored result is reused only for it.
+
+        ``--probe_head_start false`` is left out of the hash: it names how every cell recorded before the switch
+        existed ran (a randomly initialised head), so those records keep their identity."""
+        argv = self.recipe_args(settings)
+        at = next((i for i in range(len(argv) - 1) if argv[i:i + 2] == ["--probe_head_start", "false"]), None)
+        if at is not None:
+            argv = argv[:at] + argv[at + 2:]
+        text = "\0".join([self.spec.recipe, *argv])
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
 
     def cell_id(self, settings: StudySettings) -> str:
@@ -161,11 +168,13 @@ def _check_names(tasks: Optional[Sequence[str]], methods: Optional[Sequence[str]
 
 
 def swept_rows(budget: Budget, task: str) -> Tuple[str, ...]:
-    """The rows of ``task`` the sweep tunes: its judged rows whose recipe method has rates to try."""
+    """The rows of ``task`` the sweep tunes: its judged rows whose recipe method has rates to try (a probe row
+    has none: its head is fitted to convergence, not trained at a rate)."""
     share = budget.tasks.get(task)
     if budget.sweep is None or share is None:
         return ()
-    return tuple(m for m in share.methods if budget.sweep.rates_for(METHOD_ROWS[m].method))
+    return tuple(m for m in share.methods
+                 if not METHOD_ROWS[m].probe and budget.sweep.rates_for(METHOD_ROWS[m].method))
 
 
 def sweep_plan(
