@@ -191,3 +191,35 @@ def test_a_method_with_frozen_biases_still_trains_after_the_probe(tmp_path):
     frozen = _trainer(T.BertForSequenceClassification(_bert_config(num_labels=2)), tmp_path / "frozen",
                       probe_head_start=True, method_config=BitFitConfig(bias_terms="frozen"))
     assert frozen.train().global_step == 0 and frozen.probe_result is not None
+
+
+@pytest.mark.parametrize("kind", ["sequence", "regression", "token", "qa"])
+def test_the_probe_run_saves_an_adapter_that_reproduces_its_logits_on_a_fresh_base(kind, tmp_path):
+    """The frozen method's whole training is the probe: its saved adapter (the fitted head) on a fresh copy of the
+    base gives the trained model's logits exactly, for every head kind."""
+    from transformers import TrainingArguments
+
+    from bitfit_hf import BitFitConfig, BitFitTrainer, load_adapter
+
+    base = _model(kind)
+    base_state = {k: v.clone() for k, v in base.state_dict().items()}
+    rows = [{k: v[i] for k, v in b.items()} for b in _batches(kind, num_labels=3 if kind != "regression" else 1)
+            for i in range(8)]
+    args = TrainingArguments(str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=8, report_to=[],
+                             use_cpu=True, save_strategy="no")
+    trainer = BitFitTrainer(base, args, train_dataset=rows, probe_head_start=True,
+                            method_config=BitFitConfig(bias_terms="frozen"))
+    assert trainer.train().global_step == 0 and trainer.probe_result is not None
+    trainer.save_model(str(tmp_path / "adapter"))
+
+    fresh = _model(kind)
+    fresh.load_state_dict(base_state)
+    assert not torch.equal(_head(fresh).weight, _head(trainer.model).weight)  # the head did move
+    load_adapter(fresh, str(tmp_path / "adapter"), check_base=False)
+    batch = {k: v for k, v in _batches(kind, n_batches=1, seed=7)[0].items() if k in ("input_ids", "attention_mask")}
+    trained = trainer.model.eval()
+    with torch.no_grad():
+        want, got = trained(**batch), fresh.eval()(**batch)
+    names = ("start_logits", "end_logits") if kind == "qa" else ("logits",)
+    for name in names:
+        assert torch.equal(getattr(want, name), getattr(got, name))
