@@ -13,7 +13,10 @@ What replaces them, with the same results (docs/speed.md):
   same substitute value ``Trainer`` logs (the mean of the losses since the last log);
 * :func:`use_non_blocking_copies`: batches copied from pinned memory without blocking the host (CUDA only);
 * :class:`FlopCounter`: ``Trainer.floating_point_ops``'s figure with the parameter count taken once;
-* :func:`trained_parameters`: what gradient clipping needs to visit (frozen tensors never hold a gradient).
+* :func:`trained_parameters`: what gradient clipping needs to visit (frozen tensors never hold a gradient);
+* :class:`NonFiniteWindow`: counts the non-finite losses of a logging window on the device, so a window whose
+  every loss was non-finite is logged as NaN rather than as the filter's substitute (0.0 when nothing finite came
+  before it in the window), whatever the gradient norm shows.
 
 :class:`HostReads` counts the host's reads of tensor values inside a block: on a GPU each one is a
 synchronisation, so a test on the CPU can show that a step makes none.
@@ -93,3 +96,23 @@ def trained_parameters(model: nn.Module) -> List[nn.Parameter]:
     """The parameters that can hold a gradient (``requires_grad``): gradient clipping over these equals clipping
     over ``model.parameters()``, whose frozen tensors hold none."""
     return [param for param in model.parameters() if param.requires_grad]
+
+
+class NonFiniteWindow:
+    """The non-finite training losses since the last log, counted on the device (no host read per step). Read once
+    per log, where the Trainer reads the loss anyway."""
+
+    def __init__(self):
+        self._bad: Optional[torch.Tensor] = None
+        self.losses = 0
+
+    def add(self, loss: torch.Tensor) -> None:
+        bad = (~torch.isfinite(loss.detach())).sum().to(torch.int32)
+        self._bad = bad if self._bad is None else self._bad + bad
+        self.losses += 1
+
+    def all_nonfinite(self) -> bool:
+        """True when the window had losses and none was finite; starts the next window."""
+        every = self.losses > 0 and self._bad is not None and int(self._bad) >= self.losses
+        self._bad, self.losses = None, 0
+        return every

@@ -1,14 +1,24 @@
-"""``evaluate()`` before ``train()`` in distributed runs: undo what the evaluation did to the model.
+"""Evaluation beside training: undo what an ``evaluate()`` before ``train()`` did to the model, and keep
+evaluation off compiled graphs.
 
 The recipes evaluate before training. Under DDP the model then comes back unwrapped and every rank trains
 alone (exit 0); under DeepSpeed training crashes (ZeRO-3) or evaluation is refused (ZeRO-1/2).
 :func:`reset_evaluation_wrapping` and :class:`zero12_evaluation_before_training` fix both;
 :func:`bitfit_hf.training.launch_checks.check_training_wrapper` verifies it when training starts.
+
+With ``torch_compile`` on, accelerate would compile the model for an evaluation before training too. Under CUDA
+graphs each batch's logits are then a graph output that the next batch's replay overwrites, while the evaluation
+loop still holds them: wrong metrics, or a RuntimeError. :func:`uncompiled_evaluation` keeps evaluation and
+prediction on the plain module, and :func:`copied_outputs` gives the loop outputs of its own whatever the model
+returned.
 """
 
 from __future__ import annotations
 
-from typing import List
+import contextlib
+from typing import Any, List
+
+import torch
 
 
 def reset_evaluation_wrapping(trainer) -> List[str]:
@@ -28,6 +38,9 @@ def reset_evaluation_wrapping(trainer) -> List[str]:
     done: List[str] = []
     model = trainer.model
     engine = trainer.model_wrapped
+    if engine is not model and getattr(engine, "_orig_mod", None) is model:  # compiled for the evaluation only
+        trainer.model_wrapped = engine = model
+        done.append("compiled evaluation wrapper")
     if getattr(trainer, "is_deepspeed_enabled", False) and engine is not None and engine is not model:
         wrapped = getattr(trainer.accelerator, "deepspeed_engine_wrapped", None)
         if wrapped is None or getattr(wrapped, "engine", None) is not engine:
@@ -84,3 +97,33 @@ class zero12_evaluation_before_training:  # noqa: N801 - used as a context manag
             if t.deepspeed is t.model:
                 t.deepspeed = None
         return False
+
+
+@contextlib.contextmanager
+def uncompiled_evaluation(trainer):
+    """Inside the block, accelerate prepares no compiled model (its dynamo backend reads ``NO``): an evaluation or
+    prediction run before training gets the plain module, as the ones during and after training already do."""
+    plugin = getattr(getattr(trainer.accelerator, "state", None), "dynamo_plugin", None)
+    backend = getattr(plugin, "backend", None)
+    if not trainer.args.torch_compile or backend is None:
+        yield
+        return
+    from accelerate.utils import DynamoBackend
+
+    plugin.backend = DynamoBackend.NO
+    try:
+        yield
+    finally:
+        plugin.backend = backend
+
+
+def copied_outputs(value: Any) -> Any:
+    """``value`` (a tensor, or tuples / lists / dicts of them) with every tensor copied: the evaluation loop keeps
+    a batch's outputs past the next forward, which may write into the same memory (CUDA-graph outputs)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(copied_outputs(v) for v in value)
+    if isinstance(value, dict):
+        return type(value)({k: copied_outputs(v) for k, v in value.items()})
+    return value

@@ -247,7 +247,8 @@ def check_training_wrapper(trainer, model_wrapped=None) -> None:
 
         inner = wrapped
         while inner is not None and not isinstance(inner, DistributedDataParallel):
-            nxt = getattr(inner, "module", None) or getattr(inner, "_orig_mod", None)
+            # a compiled wrapper first: it forwards ``.module`` to what it wraps, which would skip a DDP inside it
+            nxt = getattr(inner, "_orig_mod", None) or getattr(inner, "module", None)
             inner = nxt if isinstance(nxt, torch.nn.Module) and nxt is not inner else None
         if inner is None:
             raise LaunchError(

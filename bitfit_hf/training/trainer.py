@@ -20,6 +20,7 @@ from bitfit_hf.adapters.base_check import check_same_base
 from bitfit_hf.reporting.heatmap import BiasChange, snapshot_biases
 from bitfit_hf.training.async_step import (
     FlopCounter,
+    NonFiniteWindow,
     finite_or_running_mean,
     trained_parameters,
     use_non_blocking_copies,
@@ -32,7 +33,12 @@ from bitfit_hf.training.checkpoints import (
     resolve_resume_checkpoint,
 )
 from bitfit_hf.training.deepspeed_groups import is_deepspeed_dummy_optimizer, keep_trained_groups_in_deepspeed_optimizer
-from bitfit_hf.training.eval_wrapping import reset_evaluation_wrapping, zero12_evaluation_before_training
+from bitfit_hf.training.eval_wrapping import (
+    copied_outputs,
+    reset_evaluation_wrapping,
+    uncompiled_evaluation,
+    zero12_evaluation_before_training,
+)
 from bitfit_hf.training.frozen_dtype import cast_frozen_weights, resolve_frozen_dtype
 from bitfit_hf.training.launch_checks import check_trainer_launch
 from bitfit_hf.training.optim import (
@@ -143,7 +149,8 @@ class BitFitTrainerBase(Trainer):
         # The step's host work: docs/speed.md, bitfit_hf/training/async_step.py
         self._flop_counter = FlopCounter()
         self._clipped_parameters: Optional[List[nn.Parameter]] = None
-        self._nonfinite_on_device = bool(self.args.logging_nan_inf_filter) and _keeps_running_loss(Trainer)
+        self._nonfinite_on_device = bool(self.args.logging_nan_inf_filter) and keeps_running_loss(Trainer)
+        self._nonfinite_window = NonFiniteWindow()
         self.drop_last_train_batch = bool(drop_last_train_batch if drop_last_train_batch is not None
                                           else getattr(self.args, "drop_last_train_batch", False))
         protect_secret_fields(self.args)  # training_args.bin (full-model saves) is a pickle of the args
@@ -344,10 +351,19 @@ class BitFitTrainerBase(Trainer):
         """``Trainer.training_step``; a non-finite loss is replaced for logging on the device (the value
         ``logging_nan_inf_filter`` would log), so the loop reads nothing back from the device."""
         loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._nonfinite_on_device or self.args.logging_nan_inf_filter:  # filtered: count them for log()
+            self._nonfinite_window.add(loss)
         if not self._nonfinite_on_device:
             return loss
         since_log = self.state.global_step - getattr(self, "_globalstep_last_logged", self.state.global_step)
         return finite_or_running_mean(loss, getattr(self, "_tr_loss", None), since_log)
+
+    def log(self, logs: Dict[str, float], start_time: Optional[float] = None) -> None:
+        """``Trainer.log``; a training log whose window had only non-finite losses reports the loss as NaN (the
+        filter would log its substitute, 0.0 when nothing finite came first), so a collapse shows in the loss."""
+        if "loss" in logs and self._nonfinite_window.all_nonfinite():
+            logs = {**logs, "loss": float("nan")}
+        super().log(logs, start_time)
 
     def floating_point_ops(self, inputs) -> int:
         """``Trainer``'s figure (6 x tokens x non-embedding parameters), the parameters counted once."""
@@ -402,10 +418,19 @@ class BitFitTrainerBase(Trainer):
         return result + penalty.to(result.dtype)
 
     def evaluation_loop(self, *args, **kwargs):
-        # DeepSpeed builds no ZeRO-1/2 inference engine; evaluation filters its losses as the user chose.
-        with zero12_evaluation_before_training(self), self._args_set("logging_nan_inf_filter", True,
-                                                                      when=self._nonfinite_on_device):
+        # DeepSpeed builds no ZeRO-1/2 inference engine; evaluation filters its losses as the user chose; and it runs
+        # the uncompiled module (compiled graphs' outputs would be overwritten by the next batch).
+        with zero12_evaluation_before_training(self), uncompiled_evaluation(self), self._args_set(
+                "logging_nan_inf_filter", True, when=self._nonfinite_on_device):
             return super().evaluation_loop(*args, **kwargs)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """``Trainer``'s; when compiling, each batch's outputs are copied, since the loop keeps them past the next
+        forward (a compiled or user-compiled model may write every batch's outputs into the same memory)."""
+        loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        if self.args.torch_compile:
+            loss, logits = copied_outputs(loss), copied_outputs(logits)
+        return loss, logits, labels
 
     # ---- saving --------------------------------------------------------------------------------
     def adapter_tensors(self) -> Dict[str, torch.Tensor]:
@@ -490,17 +515,22 @@ class BitFitTrainerBase(Trainer):
         return super()._load_best_model()
 
 
+#: The Trainer attributes the on-device non-finite filter reads (:func:`keeps_running_loss`).
+RUNNING_LOSS_NAMES = ("_tr_loss", "_globalstep_last_logged")
+
+
 @functools.lru_cache(maxsize=None)
-def _keeps_running_loss(trainer_class) -> bool:
-    """Whether this transformers keeps the running training loss on the trainer (``self._tr_loss``), which the
-    on-device non-finite filter reads; older versions keep it in a local variable, and keep their own filter."""
-    for name in ("_run_epoch", "_inner_training_loop"):
+def keeps_running_loss(trainer_class) -> bool:
+    """Whether this transformers keeps the running training loss and the step of the last log on the trainer
+    (``self._tr_loss``, ``self._globalstep_last_logged``), both of which the on-device non-finite filter reads;
+    without either (older versions keep the loss in a local variable), the Trainer keeps its own filter."""
+    source = ""
+    for name in ("_run_epoch", "_inner_training_loop", "_maybe_log_save_evaluate"):
         try:
-            if "self._tr_loss" in inspect.getsource(getattr(trainer_class, name)):
-                return True
+            source += inspect.getsource(getattr(trainer_class, name))
         except (AttributeError, OSError, TypeError):
             continue
-    return False
+    return all(f"self.{name}" in source for name in RUNNING_LOSS_NAMES)
 
 
 def _snapshot_base_biases(model: nn.Module, state) -> Dict[str, torch.Tensor]:

@@ -46,6 +46,8 @@ def parse(argv=None):
     p.add_argument("--random-seed", type=int, default=0, help="seed of the random baselines' draw")
     p.add_argument("--share-alpha", action="store_true", help="with --method adapterbias: one shared L_alpha")
     p.add_argument("--eval-first", action="store_true", help="trainer.evaluate() before trainer.train(), as the recipes do")
+    p.add_argument("--compile", default=None, metavar="BACKEND",
+                   help="torch_compile with this backend (aot_eager: traced, no code generation)")
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1)  # the deepspeed launcher passes it
     return p.parse_args(argv)
 
@@ -117,6 +119,8 @@ def main(argv=None) -> int:
         dataloader_num_workers=0,
         deepspeed=a.ds_json,
     )
+    if a.compile:
+        kwargs.update(torch_compile=True, torch_compile_backend=a.compile)
     args = TrainingArguments(**(kwargs if a.no_helper else training_args_kwargs(kwargs)))
     # TrainingArguments first, then the model: under ZeRO-3 (zero3_init_flag) it is built partitioned.
     model = AutoModelForSequenceClassification.from_pretrained(a.base)

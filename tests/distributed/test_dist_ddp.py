@@ -50,3 +50,14 @@ def test_ddp_resume_from_checkpoint(ddp_run):
     assert diff == 0.0, diff
     H.record("ddp resume from checkpoint-2", {"max_abs_diff_vs_uninterrupted": diff,
                                              "launch_seconds": round(resumed.seconds, 1)})
+
+
+def test_ddp_trains_wrapped_after_an_evaluation_with_compiling_on():
+    """With torch_compile on, the evaluation before training used to leave a compiled wrapper as the trainer's
+    model, so training skipped DistributedDataParallel and the launch check stopped it. Evaluation now runs the
+    plain module and training compiles under DDP: the ranks train what one process trains."""
+    port = H.free_port()
+    run = H.launch("ddp_compiled", [H.accelerate_cmd("cpu_ddp.yaml", port, script_args=["--compile", "aot_eager"])],
+                   port=port)
+    numbers = H.verify_run(run, world_size=2, distributed_type="MULTI_CPU")
+    H.record("ddp with torch_compile (aot_eager) after an evaluation", numbers)

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import transformers as T
 
 from bitfit_hf.recipe_kit import parse_recipe_args
 from bitfit_hf.recipe_kit.errors import RecipeError
-from bitfit_hf.recipe_kit.fast_path import BREAK_EVEN_STEPS, apply_fast_path, decide, planned_steps
+from bitfit_hf.recipe_kit.fast_path import (
+    BREAK_EVEN_STEPS,
+    BREAK_EVEN_STEPS_PER_SHAPE,
+    apply_fast_path,
+    choose_buckets,
+    decide,
+    planned_steps,
+)
 from bitfit_hf.training.static_shapes import BucketPadding
 
 
@@ -39,14 +48,64 @@ def test_planned_steps():
 
 def test_auto_compiles_a_long_cuda_run_only():
     long_run = _args("--max_steps", str(BREAK_EVEN_STEPS))
-    assert decide(long_run, None, cuda=True)[0] is True
-    assert decide(long_run, None, cuda=False) == (False, decide(long_run, None, cuda=False)[1])
-    assert "no CUDA device" in decide(long_run, None, cuda=False)[1]
-    on, why = decide(_args("--max_steps", str(BREAK_EVEN_STEPS - 1)), None, cuda=True)
+    assert decide(long_run, None, cuda=True) == (True, "reduce-overhead", decide(long_run, None, cuda=True).why)
+    assert decide(long_run, None, cuda=False).on is False
+    assert "no CUDA device" in decide(long_run, None, cuda=False).why
+    on, _, why = decide(_args("--max_steps", str(BREAK_EVEN_STEPS - 1)), None, cuda=True)
     assert not on and str(BREAK_EVEN_STEPS) in why
-    assert decide(_args("--fast_path", "on"), None, cuda=False)[0] is True
-    assert decide(_args("--fast_path", "off", "--max_steps", "99999"), None, cuda=True)[0] is False
-    assert decide(_args("--torch_compile", "True"), None, cuda=False)[0] is True  # the user's compile: buckets too
+    assert decide(_args("--fast_path", "on"), None, cuda=False)[:2] == (True, "default")  # no CUDA graphs on a CPU
+    assert decide(_args("--fast_path", "off", "--max_steps", "99999"), None, cuda=True).on is False
+
+
+def test_the_break_even_grows_with_the_shapes_compiled():
+    steps = 3 * BREAK_EVEN_STEPS_PER_SHAPE
+    assert decide(_args("--max_steps", str(steps)), None, cuda=True, shapes=3).on
+    on, _, why = decide(_args("--max_steps", str(steps)), None, cuda=True, shapes=4)
+    assert not on and f"{4 * BREAK_EVEN_STEPS_PER_SHAPE} where compiling 4 shape(s)" in why
+
+
+def _plain_args(**values):
+    """The fields decide() reads, without TrainingArguments (whose device set-up would act on a faked WORLD_SIZE)."""
+    fields = dict(fast_path="auto", torch_compile=False, torch_compile_mode=None, gradient_accumulation_steps=1,
+                  deepspeed=None, fsdp=None, world_size=1, max_steps=999999)
+    fields.update(values)
+    return types.SimpleNamespace(**fields)
+
+
+@pytest.mark.parametrize("values, env, hazard", [
+    ({"gradient_accumulation_steps": 2}, {}, "gradient accumulation"),
+    ({"world_size": 2}, {}, "DDP"),
+    ({}, {"WORLD_SIZE": "2"}, "DDP"),
+    ({"fsdp": ["full_shard"]}, {}, "FSDP"),
+    ({}, {"ACCELERATE_USE_FSDP": "true"}, "FSDP"),
+    ({"deepspeed": "ds.json"}, {}, "DeepSpeed"),
+    ({}, {"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed"),
+])
+def test_auto_never_records_cuda_graphs_where_they_are_unsafe(monkeypatch, values, env, hazard):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    on, mode, why = decide(_plain_args(**values), None, cuda=True)
+    assert not on and mode is None and hazard in why
+    on, mode, why = decide(_plain_args(fast_path="on", **values), None, cuda=True)
+    assert on and mode == "default" and hazard in why  # on: compiled, without graphs
+    for name in env:
+        monkeypatch.delenv(name)
+    assert decide(_plain_args(), None, cuda=True)[:2] == (True, "reduce-overhead")  # the same run without it
+
+
+def test_the_users_own_compile_keeps_the_users_mode(monkeypatch, caplog):
+    assert decide(_args("--torch_compile", "True"), None, cuda=True)[:2] == (True, "default")  # never switched
+    assert decide(_args("--torch_compile", "True", "--torch_compile_mode", "max-autotune"), None, cuda=True)[:2] == (
+        True, "max-autotune")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    chosen = decide(_plain_args(fast_path="on", torch_compile_mode="reduce-overhead"), None, cuda=True)
+    assert chosen.mode == "reduce-overhead" and "unsafe with DeepSpeed" in caplog.text  # asked for: kept, warned
+
+
+def test_the_maximum_length_is_always_a_bucket():
+    assert choose_buckets(_args("--length_buckets", "32,64"), 128) == (32, 64, 128)
+    assert choose_buckets(_args("--length_buckets", "32,128"), 128) == (32, 128)
+    assert choose_buckets(_args(), 128) == (16, 32, 64, 128)
 
 
 def test_on_sets_the_compile_flags_and_buckets():
@@ -57,7 +116,7 @@ def test_on_sets_the_compile_flags_and_buckets():
     assert not args.dataloader_drop_last  # evaluation keeps every example
     assert args.torch_compile_mode == "default"  # CPU: no CUDA graphs to capture
     chosen = _args("--fast_path", "on", "--use_cpu", "--length_buckets", "64,32", "--torch_compile_mode", "max-autotune")
-    assert apply_fast_path(chosen, _Padder(), 128, 1000).buckets == (32, 64)
+    assert apply_fast_path(chosen, _Padder(), 128, 1000).buckets == (32, 64, 128)
     assert chosen.torch_compile_mode == "max-autotune"  # the user's mode is kept
     assert apply_fast_path(_args("--fast_path", "on"), T.default_data_collator, 128, 1000) is T.default_data_collator
 

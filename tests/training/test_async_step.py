@@ -199,3 +199,48 @@ def test_only_the_training_batches_drop_their_last_partial_batch(tmp_path):
     assert args.dataloader_drop_last is False
     default = BitFitTrainer(model=_model(), args=_args(tmp_path, dataloader_drop_last=False), train_dataset=_Data(n=50))
     assert sum(len(b["labels"]) for b in default.get_train_dataloader()) == 50
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.0, 1.0])
+def test_a_window_of_only_non_finite_losses_is_logged_as_nan(tmp_path, max_grad_norm):
+    """The filter substitutes the window's running mean, which is 0.0 when the whole window is non-finite: logged
+    as 0.0 the collapse would show only through the gradient norm, absent with max_grad_norm=0."""
+    def nan_in_the_second_window(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss = super(type(self), self).compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if self.state.global_step in (2, 3):  # a constant: the gradients stay finite, only the losses are NaN
+            loss = loss + torch.tensor(float("nan"))
+        return loss
+
+    logged = {}
+    for kind in ("trainer", "bitfit"):
+        trainer = _run(kind, tmp_path / kind, compute_loss=nan_in_the_second_window, logging_steps=2,
+                       max_grad_norm=max_grad_norm)
+        logged[kind] = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert logged["trainer"][1] == 0.0  # the stock filter's figure for that window
+    first, second, third = logged["bitfit"]
+    assert math.isfinite(first) and math.isnan(second) and math.isfinite(third)
+    assert first == logged["trainer"][0] and third == logged["trainer"][2]
+
+
+class _LoopWithBoth:
+    def _inner_training_loop(self):
+        self._tr_loss, self._globalstep_last_logged = 0, 0
+
+
+class _LoopWithoutStepCounter:
+    def _inner_training_loop(self):
+        self._tr_loss = 0
+
+
+class _LoopWithoutRunningLoss:
+    def _inner_training_loop(self):
+        self._globalstep_last_logged = 0
+
+
+def test_the_on_device_filter_needs_both_trainer_attributes():
+    from bitfit_hf.training.trainer import keeps_running_loss
+
+    assert keeps_running_loss(T.Trainer)  # this transformers keeps both
+    assert keeps_running_loss(_LoopWithBoth)
+    assert not keeps_running_loss(_LoopWithoutStepCounter)  # renamed: the Trainer keeps its own filter
+    assert not keeps_running_loss(_LoopWithoutRunningLoss)
