@@ -37,16 +37,14 @@ import os
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Dict, List, Optional
 
 from baselines import dev_split_majority
-from jsonl_rows import append_row, read_rows
+
+from bitfit_hf.utils import cell_runs
+from bitfit_hf.utils.cell_runs import append_row, read_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -117,9 +115,6 @@ def read_results(path: str) -> Dict[str, dict]:
     return read_rows(path, lambda row: cell_key(row["method"], row["learning_rate"], row["seed"]))
 
 
-append_result = append_row
-
-
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """``--train_file`` / ``--validation_file`` / ``--model_name_or_path`` / ``--recipe-args``: compare the methods on
     the user's own data, base and budget (passed to the recipe)."""
@@ -170,7 +165,7 @@ def rows_data(rows: Dict[str, dict]) -> List[str]:
 
 
 def run_cell(method: str, rate: float, seed: int, dev_size: Optional[int], threads: int, extra: List[str],
-             data: Optional[List[str]] = None) -> dict:
+             data: Optional[List[str]] = None, stop=None) -> dict:
     """One recipe run at ``rate``; scored on the last ``dev_size`` training examples, or (``dev_size`` None) on the
     ``--validation_file`` among ``data``."""
     data = data or []
@@ -178,14 +173,8 @@ def run_cell(method: str, rate: float, seed: int, dev_size: Optional[int], threa
     flags = [*method_flags(method), "--learning_rate", f"{rate:g}", "--seed", str(seed), *data, *dev,
              "--eval_before_training", "false", "--save_strategy", "no", "--report_to", "none", *extra]
     with tempfile.TemporaryDirectory(prefix="lr_sweep_") as out:
-        command = [sys.executable, RECIPE, *flags, "--output_dir", out]
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        start = time.time()
-        proc = subprocess.run(command, capture_output=True, text=True, env=env)
-        seconds = time.time() - start
-        if proc.returncode != 0:
-            tail = (proc.stdout + proc.stderr)[-2000:]
-            raise RuntimeError(f"cell {method} lr={rate:g} seed={seed} failed (exit {proc.returncode}):\n{tail}")
+        run = cell_runs.run_recipe_cell(RECIPE, flags, out, name=f"{method} lr={rate:g} seed={seed}", threads=threads,
+                                        stop=stop)
         with open(os.path.join(out, "all_results.json"), encoding="utf-8") as handle:
             results = json.load(handle)
     if "eval_accuracy" not in results:
@@ -193,7 +182,7 @@ def run_cell(method: str, rate: float, seed: int, dev_size: Optional[int], threa
                            f"{', '.join(k for k in results if k.startswith('eval_'))}): the sweep compares "
                            "classification accuracy, and float labels make the recipe a regression.")
     row = {"method": method, "learning_rate": rate, "seed": seed, "dev_accuracy": results["eval_accuracy"],
-           "train_loss": results.get("train_loss"), "seconds": round(seconds, 1),
+           "train_loss": results.get("train_loss"), "seconds": round(run.wall_s, 1),
            "command": shlex.join(["python", "recipes/glue.py", *flags])}
     if data:
         row["data"] = data
@@ -330,17 +319,6 @@ def finalist_rates(done: Dict[str, dict], method: str, seed: int, top: int,
     return ranked if top <= 0 else ranked[:top]
 
 
-def run_cells(cells, one, jobs: int) -> None:
-    """Run ``one(cell)`` for every cell, ``jobs`` at a time; stop at the first failure."""
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(one, cell) for cell in cells]
-        for future in as_completed(futures):
-            if future.exception() is not None:  # stop at the first failed cell: no hour of runs to discard
-                for other in futures:
-                    other.cancel()
-                raise future.exception()
-
-
 def default_paths(args, name: str) -> None:
     """Fill ``args.results`` / ``args.markdown`` when not given: ``results/NAME.jsonl`` and its ``.md``; for a
     ``--quick`` smoke run a file in the temporary directory, and for the user's own ``--train_file``, base or
@@ -420,29 +398,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     done = read_results(args.results)
     if not args.report:
         check_results_data(parser, done, data, args.results)
-    threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
+    threads = args.threads or cell_runs.cores_per_job(args.jobs)
     if not args.report:
         todo = [(method, rate, seed) for method in methods
                 for rate in (rates(method)[1:2] if args.quick else chosen_rates(method, wanted, model))
                 for seed in seeds[:1] if cell_key(method, rate, seed) not in done]
-        lock = threading.Lock()
 
-        def one(cell):
+        def one(cell, stop):
+            return run_cell(*cell, dev_size, threads, extra, data, stop)
+
+        def finished(cell, row):
             method, rate, seed = cell
-            row = run_cell(method, rate, seed, dev_size, threads, extra, data)
-            with lock:
-                append_result(args.results, row)
-                done[cell_key(method, rate, seed)] = row
-                print(f"{method:20s} lr={rate:<8g} seed={seed}  dev accuracy {row['dev_accuracy'] * 100:.1f}  "
-                      f"({row['seconds']:.0f} s)", flush=True)
+            append_row(args.results, row)
+            done[cell_key(method, rate, seed)] = row
+            print(f"{method:20s} lr={rate:<8g} seed={seed}  dev accuracy {row['dev_accuracy'] * 100:.1f}  "
+                  f"({row['seconds']:.0f} s)", flush=True)
 
-        run_cells(todo, one, args.jobs)
+        cell_runs.run_cells(todo, one, jobs=max(1, args.jobs), finished=finished)
         finalists = {method: finalist_rates(done, method, seeds[0], args.top, chosen_rates(method, wanted, model))
                       for method in methods}
         later = [(method, rate, seed) for seed in seeds[1:] for method in methods
                  for rate in (rates(method)[1:2] if args.quick else finalists[method])
                  if cell_key(method, rate, seed) not in done]
-        run_cells(later, one, args.jobs)
+        cell_runs.run_cells(later, one, jobs=max(1, args.jobs), finished=finished)
     table = markdown(done, machine_line(), rows_data(done))
     write_table(args.markdown, table)
     print(table)

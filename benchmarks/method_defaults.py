@@ -30,19 +30,14 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from typing import Dict, List, Optional
 
 from baselines import majority_share
-from jsonl_rows import read_rows
 from lr_sweep import (
     VARIANTS,
     add_data_arguments,
-    append_result,
     check_results_data,
     data_flags,
     default_paths,
@@ -50,10 +45,12 @@ from lr_sweep import (
     machine_line,
     method_flags,
     rows_data,
-    run_cells,
     sweep_methods,
     write_table,
 )
+
+from bitfit_hf.utils import cell_runs
+from bitfit_hf.utils.cell_runs import append_row, read_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "glue.py")
@@ -77,18 +74,14 @@ def row_key(method: str, seed: int) -> str:
 
 
 def run_method(method: str, threads: int, extra: List[str], data: Optional[List[str]] = None,
-               seed: Optional[int] = None) -> dict:
+               seed: Optional[int] = None, stop=None) -> dict:
     """One recipe run on the method's defaults (``seed`` None: the recipe's own seed, no ``--seed`` flag)."""
     data = data or []
     seed_flags = ["--seed", str(seed)] if seed is not None else []
     with tempfile.TemporaryDirectory(prefix="method_defaults_") as out:
-        command = [sys.executable, RECIPE, *method_flags(method), *data, *seed_flags, "--save_strategy", "no",
-                   "--report_to", "none", "--output_dir", out, *extra]
-        start = time.time()
-        proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
-        seconds = time.time() - start
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
+        flags = [*method_flags(method), *data, *seed_flags, "--save_strategy", "no", "--report_to", "none", *extra]
+        run = cell_runs.run_recipe_cell(RECIPE, flags, out, name=f"{method} seed={'default' if seed is None else seed}",
+                                        threads=threads, stop=stop)
         results = json.load(open(os.path.join(out, "all_results.json"), encoding="utf-8"))
         if "eval_accuracy" not in results:
             raise RuntimeError(f"{method} reported no accuracy (metrics: "
@@ -103,7 +96,7 @@ def run_method(method: str, threads: int, extra: List[str], data: Optional[List[
                "accuracy": results["eval_accuracy"], "train_loss": results.get("train_loss"),
                "trained_values": summary.get("trainable_params"),
                "adapter_bytes": os.path.getsize(weights) if os.path.exists(weights) else None,
-               "seconds": round(seconds, 1),
+               "seconds": round(run.wall_s, 1),
                "command": shlex.join(["python", "recipes/glue.py", *method_flags(method), *data, *seed_flags])}
         if data:
             row["data"] = data
@@ -197,25 +190,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows = read_rows(args.results, lambda row: row_key(row["method"], row["seed"]))
     if not args.report:
         check_results_data(parser, rows, data, args.results)
-    threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
+    threads = args.threads or cell_runs.cores_per_job(args.jobs)
     if not args.report:
-        lock = threading.Lock()
 
-        def one(cell):
+        def one(cell, stop):
             method, seed = cell
-            row = run_method(method, threads, extra, data, seed)
-            with lock:
-                append_result(args.results, row)
-                rows[row_key(method, row["seed"])] = row
-                print(f"{method:20s} lr={row['learning_rate']:<8g} seed={row['seed']} accuracy "
-                      f"{row['accuracy'] * 100:.1f} ({row['seconds']:.0f} s)", flush=True)
+            return run_method(method, threads, extra, data, seed, stop)
+
+        def finished(cell, row):
+            append_row(args.results, row)
+            rows[row_key(row["method"], row["seed"])] = row
+            print(f"{row['method']:20s} lr={row['learning_rate']:<8g} seed={row['seed']} accuracy "
+                  f"{row['accuracy'] * 100:.1f} ({row['seconds']:.0f} s)", flush=True)
 
         def done(method, seed):
             if seed is None:  # the recipe's own seed: any earlier run without --seed
                 return any(row["method"] == method and "--seed" not in row["command"] for row in rows.values())
             return row_key(method, seed) in rows
 
-        run_cells([(m, seed) for seed in seeds for m in methods if not done(m, seed)], one, args.jobs)
+        cell_runs.run_cells([(m, seed) for seed in seeds for m in methods if not done(m, seed)], one,
+                            jobs=max(1, args.jobs), finished=finished)
     shown = rows_data(rows)
     labels = None if args.quick else validation_labels(flag_value(shown, "--validation_file"))
     majority = majority_share(labels) if labels else None

@@ -20,8 +20,9 @@ N`` with N the evaluation interval: transformers then writes, in each training l
 ``train_runtime`` = wall seconds since the Trainer's start of training (model loaded, data tokenised). The
 evaluations run inside that clock; each one's ``eval_runtime`` is subtracted, so the time to a target counts
 training only (``wall_s`` in the JSONL keeps the time with evaluations). Peak memory is the whole run's: the
-process's peak RSS on a CPU (``ru_maxrss``; the recipe runs in-process under a small wrapper, the
-``--recipe-child`` mode of this script) and ``torch.cuda.max_memory_allocated`` on a GPU.
+process's peak RSS on a CPU (``ru_maxrss``, read with ``wait4`` by ``bitfit_hf.utils.cell_runs``, which
+launches every run) and ``torch.cuda.max_memory_allocated`` on a GPU (read inside the run by that module's
+in-process wrapper).
 
 **Same data order.** ``--seed S --data_seed S`` on every run: the Trainer's sampler (accelerate's
 ``SeedableRandomSampler``) draws each epoch's permutation from ``data_seed + epoch`` alone, whatever random numbers
@@ -45,7 +46,6 @@ import json
 import math
 import os
 import platform
-import resource
 import shlex
 import statistics
 import subprocess
@@ -55,7 +55,9 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from baselines import dev_split_majority
-from jsonl_rows import append_row, read_rows
+
+from bitfit_hf.utils import cell_runs
+from bitfit_hf.utils.cell_runs import append_row, read_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -219,41 +221,18 @@ def budget_flags(budget: dict) -> List[str]:
     return flags
 
 
-def recipe_child(argv: List[str]) -> int:
-    """``--recipe-child MEMORY_JSON RECIPE_ARGS...``: run the recipe in this process, then write its peak memory
-    (a subprocess cannot read ``torch.cuda.max_memory_allocated``, nor a per-run RSS peak from outside)."""
-    import runpy
-
-    memory_path, recipe_args = argv[0], argv[1:]
-    sys.argv = [RECIPE, *recipe_args]
-    status = 0
-    try:
-        runpy.run_path(RECIPE, run_name="__main__")
-    except SystemExit as stop:
-        status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    finally:
-        write_memory(memory_path)
-    return status
-
-
-def write_memory(path: str) -> None:
-    memory = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        memory["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        memory["device"] = torch.cuda.get_device_name()
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(memory, handle)
-
-
-def row_from_output(out: str, method: str, seed: int, command: List[str], seconds: float, engine: str) -> dict:
-    """One JSONL row from a finished run's folder (the recipe's files, or the runner's in the same layout)."""
+def row_from_output(out: str, method: str, seed: int, command: List[str], seconds: float, engine: str,
+                    memory: Optional[dict] = None) -> dict:
+    """One JSONL row from a finished run's folder (the recipe's files, or the runner's in the same layout) and its
+    peak ``memory`` (``peak_rss_mb``, on a GPU ``peak_cuda_mb`` and ``device``; None: the folder's
+    ``tta_memory.json``, which the AdapterHub runner writes)."""
     def load(name):
         with open(os.path.join(out, name), encoding="utf-8") as handle:
             return json.load(handle)
 
     history = load("trainer_state.json")["log_history"]
-    results, summary, memory = load("all_results.json"), load("trainable_summary.json"), load("tta_memory.json")
+    results, summary = load("all_results.json"), load("trainable_summary.json")
+    memory = load("tta_memory.json") if memory is None else memory
     probe_s = round(results.get("probe_feature_seconds", 0.0) + results.get("probe_fit_seconds", 0.0), 4)
     steps = max((e["step"] for e in history), default=0)
     if method == PROBE_ROW:  # no optimizer step: the probe's one fit is the whole training, scored once
@@ -290,9 +269,12 @@ def run_recipe(method: str, seed: int, budget: dict, threads: int, extra: List[s
     flags = [*recipe_method_flags(method), "--seed", str(seed), "--data_seed", str(seed), *budget_flags(budget),
              "--eval_before_training", "false", "--save_strategy", "no", "--report_to", "none", *extra]
     with tempfile.TemporaryDirectory(prefix="tta_") as out:
-        command = [sys.executable, os.path.abspath(__file__), "--recipe-child", os.path.join(out, "tta_memory.json"),
-                   *flags, "--output_dir", out]
-        return _run(command, out, method, seed, threads, ["python", "recipes/glue.py", *flags], "recipe")
+        run = cell_runs.run_recipe_cell(RECIPE, flags, out, name=f"{method} seed {seed}", threads=threads, cwd=ROOT,
+                                        cuda_peak=True)
+        memory = {"peak_rss_mb": run.peak_rss_mb}
+        if run.peak_cuda_mb is not None:
+            memory.update(peak_cuda_mb=run.peak_cuda_mb, device=run.cuda_device)
+        return row_from_output(out, method, seed, ["python", "recipes/glue.py", *flags], run.wall_s, "recipe", memory)
 
 
 def run_adapter(seed: int, budget: dict, threads: int, venv: str, method: str = "adapter") -> dict:
@@ -304,24 +286,14 @@ def run_adapter(seed: int, budget: dict, threads: int, venv: str, method: str = 
                  "--eval_steps", str(budget["eval_steps"])]
         if budget.get("max_steps"):
             flags += ["--max_steps", str(budget["max_steps"])]
-        command = [python, RUNNER, *flags, "--output_dir", out]
+        run = cell_runs.run_recipe_cell(RUNNER, flags, out, name=f"{method} seed {seed}", python=python,
+                                        threads=threads, cwd=ROOT)
         shown = [os.path.relpath(python, ROOT) if python.startswith(ROOT) else python, "benchmarks/adapterhub_runner.py",
                  *["DATA.json" if f == data else f for f in flags]]  # DATA.json: the sentences export_data writes
-        row = _run(command, out, method, seed, threads, shown, "adapterhub")
+        row = row_from_output(out, method, seed, shown, run.wall_s, "adapterhub")
         with open(os.path.join(out, "versions.json"), encoding="utf-8") as handle:
             row["versions"] = json.load(handle)
         return row
-
-
-def _run(command, out, method, seed, threads, shown, engine) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    start = time.time()
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-    seconds = time.time() - start
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-3000:]
-        raise RuntimeError(f"{method} seed {seed} failed (exit {proc.returncode}):\n{tail}")
-    return row_from_output(out, method, seed, shown, seconds, engine)
 
 
 def export_data(budget: dict, folder: str) -> str:
@@ -457,8 +429,6 @@ def write_table(path: str, text: str) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--recipe-child"]:
-        return recipe_child(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS)
                         + f"; {ADAPTER_AT}RATE runs the adapter row at RATE (a row of its own)")
@@ -519,25 +489,32 @@ def main(argv: Optional[List[str]] = None) -> int:
             if "--model_name_or_path" in extra:
                 parser.error("the adapter row trains all-MiniLM-L6-v2 only: leave it out of --methods with another base")
             ensure_adapter_venv(args.adapter_venv, args.create_venv)
-        threads = args.threads or os.cpu_count() or 1
+        threads = args.threads or cell_runs.cores_per_job(1)
         ordered = ["full"] + [m for m in methods if m != "full"] if "full" in methods else methods
-        for seed in seeds:  # seed-major: an interrupted table still has a whole first seed
-            for method in ordered:
-                if run_key(method, seed) in rows:
-                    continue
-                load = [round(x, 2) for x in os.getloadavg()]
-                date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-                if adapter_rate(method) is not None:
-                    row = run_adapter(seed, budget, threads, args.adapter_venv, method)
-                else:
-                    row = run_recipe(method, seed, budget, threads, extra)
-                    row["recipe_args"] = extra
-                row.update(stamp, budget=budget, load_start=load, date=date)
-                append_row(args.results, row)
-                rows[run_key(method, seed)] = row
-                reached = ", ".join(f"{e['step']}:{100 * e['accuracy']:.1f}" for e in row["evals"])
-                print(f"{method:12s} seed={seed} final {100 * row['final_accuracy']:.2f}%  {row['train_s']} s training, "
-                      f"{row['process_s']} s in all; step:accuracy {reached}", flush=True)
+
+        def one(cell, stop):
+            method, seed = cell
+            load = [round(x, 2) for x in os.getloadavg()]
+            date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            if adapter_rate(method) is not None:
+                row = run_adapter(seed, budget, threads, args.adapter_venv, method)
+            else:
+                row = run_recipe(method, seed, budget, threads, extra)
+                row["recipe_args"] = extra
+            row.update(stamp, budget=budget, load_start=load, date=date)
+            return row
+
+        def finished(cell, row):
+            method, seed = cell
+            append_row(args.results, row)
+            rows[run_key(method, seed)] = row
+            reached = ", ".join(f"{e['step']}:{100 * e['accuracy']:.1f}" for e in row["evals"])
+            print(f"{method:12s} seed={seed} final {100 * row['final_accuracy']:.2f}%  {row['train_s']} s training, "
+                  f"{row['process_s']} s in all; step:accuracy {reached}", flush=True)
+
+        # seed-major: an interrupted table still has a whole first seed
+        todo = [(method, seed) for seed in seeds for method in ordered if run_key(method, seed) not in rows]
+        cell_runs.run_cells(todo, one, finished=finished)
     budget_used = next((r["budget"] for r in rows.values() if "budget" in r), budget)
     header["eval_steps"] = budget_used["eval_steps"]
     header["majority"] = dev_split_majority(budget_used["dev_size"])

@@ -1,11 +1,12 @@
 """Run the study's cells as recipe subprocesses (one at a time, or --jobs at once), resumably.
 
 Each cell is ``python recipes/<recipe>.py <flags> --output_dir <study>/runs/<cell id>``: the recipes'
-own code path, in a fresh process (so one cell's memory peak is its own, read with ``wait4``). When it
-exits, its record is written atomically to ``<study>/cells/<cell id>.json``; a re-run skips every cell
-that has a record, so a killed study loses at most the cell that was running. The child dies with the
-study (``PR_SET_PDEATHSIG`` on Linux), and a cell whose run directory exists without a record is
-simply run again from scratch.
+own code path, in a fresh process, launched by :mod:`bitfit_hf.utils.cell_runs` as the benchmarks'
+cells are (so one cell's memory peak is its own, read with ``wait4``, and the child dies with the study:
+``PR_SET_PDEATHSIG`` on Linux). When it exits, its record is written atomically to
+``<study>/cells/<cell id>.json``; a re-run skips every cell that has a record, so a killed study loses at
+most the cells that were running, and a cell whose run directory exists without a record is simply run
+again from scratch.
 
 Cells whose ``--method`` this build's recipes do not accept are never started: they are reported as
 "not run: method not available in this build", and run on the first invocation after the method lands.
@@ -22,11 +23,8 @@ import datetime
 import logging
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import threading
-import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from bitfit_hf.study.budgets import Budget
@@ -35,6 +33,8 @@ from bitfit_hf.study.machine import environment
 from bitfit_hf.study.outcome import read_outcome
 from bitfit_hf.study.state import NOT_AVAILABLE, WAITING, CellState
 from bitfit_hf.study.sweep import choose_rates, chosen_rates
+from bitfit_hf.utils import cell_runs
+from bitfit_hf.utils.cell_runs import RECIPES_ENV
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.io import read_json_object, write_json_atomic
 
@@ -47,11 +47,11 @@ __all__ = [
     "WAITING",
     "available_methods",
     "find_recipes_dir",
+    "RECIPES_ENV",
     "Study",
 ]
 
 RECORD_FORMAT = 1
-RECIPES_ENV = "BITFIT_HF_RECIPES"
 _KEEP_SUFFIXES = (".json", ".md", ".png", ".txt")
 _DROP_NAMES = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt"}
 _KEEP_MAX_BYTES = 2 * 2**20
@@ -69,31 +69,11 @@ def available_methods() -> frozenset:
 
 
 def find_recipes_dir(explicit: Optional[str] = None) -> str:
-    """``explicit``, else ``$BITFIT_HF_RECIPES``, else the ``recipes/`` folder of the source checkout
-    this package was imported from, else the recipes shipped inside the installed package (``bitfit_hf/recipes``)."""
-    import bitfit_hf
-
-    package = os.path.dirname(os.path.abspath(bitfit_hf.__file__))
-    candidates = [explicit, os.environ.get(RECIPES_ENV), os.path.join(os.path.dirname(package), "recipes"),
-                  os.path.join(package, "recipes")]
-    for folder in candidates:
-        if folder and os.path.isfile(os.path.join(folder, "glue.py")):
-            return os.path.abspath(folder)
-    raise StudyError(
-        "cannot find the recipes folder (recipes/glue.py, pos.py, squad.py): neither a source checkout nor the "
-        f"installed package holds it; reinstall bitfit-hf, or pass --recipes_dir (or set ${RECIPES_ENV})."
-    )
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to kill this child when the study process dies (even by SIGKILL)."""
+    """The recipes folder (:func:`bitfit_hf.utils.cell_runs.find_recipes_dir`), its absence a study error."""
     try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+        return cell_runs.find_recipes_dir(explicit)
+    except cell_runs.RecipesNotFound as err:
+        raise StudyError(f"{err} The study's --recipes_dir names one too.") from None
 
 
 def _error_line(log_path: str) -> str:
@@ -205,8 +185,8 @@ class Study:
 
     # ---- running ---------------------------------------------------------------------------------------
     def command(self, cell: Cell, cell_id: str, recipes_dir: str) -> List[str]:
-        script = os.path.join(recipes_dir, f"{cell.spec.recipe}.py")
-        return [self.python, script, *cell.recipe_args(self.settings), "--output_dir", self.run_dir(cell_id)]
+        return cell_runs.recipe_command(cell.spec.recipe, cell.recipe_args(self.settings), self.run_dir(cell_id),
+                                        self.python, recipes_dir)
 
     def run(self, progress: bool = True, echo=print, max_cells: Optional[int] = None, jobs: int = 1) -> List[CellState]:
         """Run the pending cells in plan order (at most ``max_cells`` of them), ``jobs`` at a time (one GPU
@@ -244,60 +224,38 @@ class Study:
                     echo(f"the sweep chose learning rates: {newly} more cell(s) to run")
 
     def _run_round(self, pending: List[CellState], jobs: int, progress: bool, echo) -> None:
+        """The cells through :func:`~bitfit_hf.utils.cell_runs.run_cells`: each finished cell is reported as it
+        ends; on Ctrl-C the running children are stopped (their cells stay pending) and the interrupt goes on."""
         recipes_dir = find_recipes_dir(self._recipes_dir)
         threads = _threads_per_job(jobs)
         bar = _progress_bar(pending, progress)
+        count = 0
 
-        def finished(index: int, state: CellState) -> None:
-            state.status = state.record["status"]
-            line = _cell_line(index, len(pending), state)
+        def run(state: CellState, stop: Optional[threading.Event]) -> Dict[str, Any]:
+            return self._run_cell(state.cell, state.cell_id, recipes_dir, threads, stop)
+
+        def finished(state: CellState, record: Dict[str, Any]) -> None:
+            nonlocal count
+            count += 1
+            state.record = record
+            state.status = record["status"]
+            line = _cell_line(count, len(pending), state)
             if bar is not None:
                 bar.update(state.cell.estimated_seconds())
                 bar.write(line)
             else:
                 echo(line)
 
+        def running(states: List[CellState]) -> None:
+            if bar is not None:
+                bar.set_postfix_str(f"cell {count + 1}/{len(pending)} {states[0].cell_id}" if jobs == 1 else
+                                    ", ".join(s.cell_id for s in states), refresh=True)
+
         try:
-            if jobs == 1:
-                for index, state in enumerate(pending, start=1):
-                    if bar is not None:
-                        bar.set_postfix_str(f"cell {index}/{len(pending)} {state.cell_id}", refresh=True)
-                    state.record = self._run_cell(state.cell, state.cell_id, recipes_dir)
-                    finished(index, state)
-            else:
-                self._run_parallel(pending, recipes_dir, jobs, threads, finished, bar)
+            cell_runs.run_cells(pending, run, jobs=jobs, finished=finished, running=running)
         finally:
             if bar is not None:
                 bar.close()
-
-    def _run_parallel(self, pending: List[CellState], recipes_dir: str, jobs: int, threads: Optional[int],
-                      finished, bar) -> None:
-        """``jobs`` cells at a time, in plan order; each finished cell is reported as it ends. On Ctrl-C the
-        running children are stopped (their cells stay pending) and the interrupt goes on."""
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
-        stop = threading.Event()
-        queue = list(pending)
-        done_count = 0
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            running = {}
-            try:
-                while queue or running:
-                    while queue and len(running) < jobs:
-                        state = queue.pop(0)
-                        future = pool.submit(self._run_cell, state.cell, state.cell_id, recipes_dir, threads, stop)
-                        running[future] = state
-                    if bar is not None:
-                        bar.set_postfix_str(", ".join(s.cell_id for s in running.values()), refresh=True)
-                    ready, _ = wait(running, return_when=FIRST_COMPLETED)
-                    for future in ready:
-                        state = running.pop(future)
-                        state.record = future.result()
-                        done_count += 1
-                        finished(done_count, state)
-            except BaseException:
-                stop.set()  # the workers kill their children and record nothing
-                raise
 
     def portable_command(self, cell: Cell, cell_id: str) -> List[str]:
         """The cell's command as a record keeps it: ``python recipes/<recipe>.py ... --output_dir runs/<id>``, with no
@@ -311,27 +269,11 @@ class Study:
         shutil.rmtree(run_dir, ignore_errors=True)  # a half-finished run of a killed study
         os.makedirs(os.path.dirname(run_dir), exist_ok=True)
         log_path = run_dir + ".log"
-        command = self.command(cell, cell_id, recipes_dir)
-        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
-        if threads is not None:
-            env["OMP_NUM_THREADS"] = str(threads)
-        started = time.time()
-        with open(log_path, "w", encoding="utf-8") as log:
-            log.write("$ " + " ".join(command) + "\n")
-            log.flush()
-            process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            )
-            returncode, usage = _wait(process, stop)
-        if stop is not None and stop.is_set():
-            raise KeyboardInterrupt  # the study was interrupted: this cell is not recorded
-        wall = time.time() - started
-        peak_rss_mb = cpu_s = None
-        if usage is not None:
-            scale = 1024 if sys.platform.startswith("linux") else 1  # ru_maxrss: KiB on Linux, bytes on macOS
-            peak_rss_mb = usage.ru_maxrss * scale / 2**20
-            cpu_s = usage.ru_utime + usage.ru_stime
+        run = cell_runs.run_recipe_cell(
+            cell.spec.recipe, cell.recipe_args(self.settings), run_dir, name=cell_id, python=self.python,
+            recipes_dir=recipes_dir, threads=threads, env={"TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"},
+            log_path=log_path, stop=stop, check=False,
+        )
         record: Dict[str, Any] = {
             "format": RECORD_FORMAT,
             "cell_id": cell_id,
@@ -345,18 +287,17 @@ class Study:
             "stage": cell.stage,
             "purposes": list(cell.purposes),
             "command": self.portable_command(cell, cell_id),
-            "wall_s": wall,
-            "cpu_s": cpu_s,
+            "wall_s": run.wall_s,
+            "cpu_s": run.cpu_s,
             "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "environment": self._environment,
             "log": os.path.relpath(log_path, self.output_dir),
         }
-        if returncode != 0:
-            how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
-            record.update(status="failed", error=f"{how}: {_error_line(log_path)}")
+        if not run.ok:
+            record.update(status="failed", error=f"{run.how}: {_error_line(log_path)}")
         else:
             try:
-                record.update(status="done", **read_outcome(cell, run_dir, peak_rss_mb))
+                record.update(status="done", **read_outcome(cell, run_dir, run.peak_rss_mb))
             except ValueError as err:
                 record.update(status="failed", error=str(err))
         if not self.keep_outputs:
@@ -365,40 +306,12 @@ class Study:
         return record
 
 
-def _wait(process: subprocess.Popen, stop: Optional[threading.Event] = None):
-    """Wait for ``process``; returns (exit code, its resource usage or None). On Ctrl-C (or ``stop`` set
-    by the thread that got it) the child is stopped and the interrupt goes on (the cell is not recorded)."""
-    try:
-        if stop is not None and hasattr(os, "wait4"):  # a worker thread: poll, so an interrupt reaches the child
-            while True:
-                pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-                if pid:
-                    process.returncode = os.waitstatus_to_exitcode(status)
-                    return process.returncode, usage
-                if stop.wait(0.5):
-                    process.kill()
-        if hasattr(os, "wait4"):
-            _, status, usage = os.wait4(process.pid, 0)
-            process.returncode = os.waitstatus_to_exitcode(status)
-            return process.returncode, usage
-        return process.wait(), None
-    except BaseException:
-        if process.returncode is None:
-            process.kill()
-            process.wait()
-        raise
-
-
 def _threads_per_job(jobs: int) -> Optional[int]:
     """CPU threads for each of ``jobs`` concurrent runs (an equal share of this process's cores); ``None``
     for one job, or when the user set ``OMP_NUM_THREADS`` (theirs is kept)."""
     if jobs == 1 or os.environ.get("OMP_NUM_THREADS"):
         return None
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // jobs)
+    return cell_runs.cores_per_job(jobs)
 
 
 def _progress_bar(pending: List[CellState], enabled: bool):

@@ -26,22 +26,23 @@ def benchmarks(monkeypatch):
 
 @pytest.fixture
 def recipe_calls(monkeypatch):
-    """Stand in for the recipe: record each command line and write the files a finished run leaves."""
-    calls = []
-    real_run = subprocess.run
+    """Stand in for the recipe cell: record each command line and write the files a finished run leaves."""
+    from bitfit_hf.utils import cell_runs
 
-    def fake_run(command, **kwargs):
-        if "--output_dir" not in command:  # not the recipe (platform.processor() asks `uname -p`)
-            return real_run(command, **kwargs)
+    calls = []
+
+    def fake_run(recipe, flags, output_dir, *, name, **kwargs):
+        command = cell_runs.recipe_command(recipe, flags, output_dir)
         calls.append(command)
-        out = Path(command[command.index("--output_dir") + 1])
+        out = Path(output_dir)
         seed = int(command[command.index("--seed") + 1]) if "--seed" in command else 42
         (out / "all_results.json").write_text(json.dumps({"eval_accuracy": 0.75 + seed / 100, "init_eval_accuracy": 0.5,
                                                           "train_loss": 0.4}))
         (out / "run_args.json").write_text(json.dumps({"training_args": {"learning_rate": 0.003, "seed": seed}}))
-        return subprocess.CompletedProcess(command, 0, "", "")
+        return cell_runs.CellRun(name=name, command=tuple(command), returncode=0, wall_s=1.0, peak_rss_mb=100.0,
+                                 cpu_s=1.0, tail="")
 
-    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(cell_runs, "run_recipe_cell", fake_run)
     return calls
 
 

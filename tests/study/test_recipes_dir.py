@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import bitfit_hf
 from bitfit_hf.study.runner import RECIPES_ENV, StudyError, find_recipes_dir
+from bitfit_hf.utils import cell_runs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ def test_an_installed_wheel_uses_its_shipped_recipes(tmp_path, monkeypatch):
     package = tmp_path / "site-packages" / "bitfit_hf"
     (package / "recipes").mkdir(parents=True)
     (package / "recipes" / "glue.py").write_text("")
-    monkeypatch.setattr(bitfit_hf, "__file__", str(package / "__init__.py"))
+    monkeypatch.setattr(cell_runs, "__file__", str(package / "utils" / "cell_runs.py"))  # where it looks from
     assert find_recipes_dir() == str(package / "recipes")
     (package / "recipes" / "glue.py").unlink()
     with pytest.raises(StudyError, match="--recipes_dir"):
