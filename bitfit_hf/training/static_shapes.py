@@ -70,3 +70,22 @@ class BucketPadding:
 
     def __repr__(self) -> str:
         return f"BucketPadding({type(self.collator).__name__}, buckets={list(self.buckets)})"
+
+
+def settle_problem_type(model: Any, labels: Any) -> Optional[str]:
+    """Set a sequence classifier's ``config.problem_type`` from the labels before its first compiled forward, as
+    that forward would (one output: regression; integer labels: single-label; else multi-label). Left to the
+    forward, the attribute changes after step 1 and every compiled step compiles again. Returns what was set."""
+    config = getattr(model, "config", None)
+    if (config is None or getattr(config, "problem_type", "unset") is not None or labels is None
+            or not type(model).__name__.endswith("ForSequenceClassification")):
+        return None
+    import torch
+
+    if config.num_labels == 1:
+        config.problem_type = "regression"
+    elif labels.dtype in (torch.long, torch.int):
+        config.problem_type = "single_label_classification"
+    else:
+        config.problem_type = "multi_label_classification"
+    return config.problem_type

@@ -50,6 +50,7 @@ from bitfit_hf.training.optim import (
 )
 from bitfit_hf.training.pooling_head import apply_pooling_head, pooling_already_decided
 from bitfit_hf.training.quantized_base import biases_count_as_adapter
+from bitfit_hf.training.static_shapes import settle_problem_type
 from bitfit_hf.tuners import apply_method, method_label, training_penalty
 from bitfit_hf.tuners.errors import SelectionError
 from bitfit_hf.tuners.state import adapter_parameter_names, detect_head_modules, get_tuner_state, unwrap
@@ -403,6 +404,8 @@ class BitFitTrainerBase(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """``Trainer``'s loss plus the method's penalty in training (Method.penalty: AdapterBias's L0 term),
         counted once per optimizer step whatever the gradient accumulation."""
+        if self.args.torch_compile and model.training:  # fixed before the first compiled forward, not after it
+            settle_problem_type(unwrap(model), inputs.get("labels"))
         result = super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
         penalty = training_penalty(unwrap(model), self.tuner_state) if model.training else None
         if penalty is None:

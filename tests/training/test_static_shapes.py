@@ -79,3 +79,33 @@ def test_outputs_do_not_depend_on_the_bucket(tokenizer):
 def test_only_padding_collators_are_wrapped():
     with pytest.raises(TypeError, match="padding collator"):
         BucketPadding(T.default_data_collator, (8,))
+
+
+def test_a_compiled_classifier_compiles_once_for_one_shape(tmp_path):
+    """The classifier fixes its problem_type on its first forward; BitFitTrainer fixes it before, so the second
+    step does not compile again (dynamo's own count of the graphs it compiled)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from bitfit_hf import BitFitConfig, BitFitTrainer
+    from bitfit_hf.training.static_shapes import settle_problem_type
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = T.BertForSequenceClassification(T.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                         intermediate_size=64, vocab_size=60, num_labels=2))
+    ids = torch.randint(2, 60, (24, 8), generator=torch.Generator().manual_seed(0))
+    rows = [{"input_ids": ids[i], "attention_mask": torch.ones(8, dtype=torch.long), "labels": int(ids[i, 1] % 2)}
+            for i in range(24)]
+    args = T.TrainingArguments(str(tmp_path), max_steps=3, per_device_train_batch_size=8, report_to=[], use_cpu=True,
+                               save_strategy="no", torch_compile=True, torch_compile_backend="eager")
+    BitFitTrainer(model, args, train_dataset=rows, method_config=BitFitConfig()).train()
+    compiled = counters["stats"]["unique_graphs"]
+    torch._dynamo.reset()
+    assert model.config.problem_type == "single_label_classification"
+    assert compiled == 1, f"compiled {compiled} graphs for one batch shape"
+    regression = T.BertForSequenceClassification(T.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                              intermediate_size=64, vocab_size=60, num_labels=1))
+    assert settle_problem_type(regression, torch.zeros(2)) == "regression"
+    assert settle_problem_type(regression, torch.zeros(2)) is None  # once set, left alone
