@@ -4,7 +4,8 @@
 ``POST /admin/adapters`` / ``DELETE /admin/adapters/{name}`` (``Authorization: Bearer $BITFIT_HF_ADMIN_TOKEN``).
 Errors answer ``{"error": "...", "error_type": "..."}`` with the status that says what happened: 400
 malformed JSON, 404 unknown adapter (naming the served ones), 413 body or batch too large, 422 invalid
-input, 499 (logged only) client gone, 503 queue full (``Retry-After``) or shutting down, 504 timed out.
+input, 499 (logged only) client gone, 503 queue full or shutting down, 504 timed out. Every 503 carries
+``Retry-After``: each says "try again", here or on another replica.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from bitfit_hf.serving.tasks import InputError
 logger = logging.getLogger(__name__)
 
 
-def _error(err: InputError) -> JSONResponse:
+def _error(err: InputError, retry_after_s: int = 1) -> JSONResponse:
     body = {"error": err.message, "error_type": err.error_type}
     headers = err.extra.pop("headers", None) if err.extra else None
+    if err.status == 503:
+        headers = {"Retry-After": str(retry_after_s), **(headers or {})}
     body.update(err.extra or {})
     return JSONResponse(body, status_code=err.status, headers=headers)
 
@@ -74,6 +77,7 @@ def create_app(engine: Engine, drain_timeout: Optional[float] = None) -> FastAPI
                   description="Many BitFit task adapters on one frozen base, with mixed-task dynamic batching.")
     app.state.engine = engine
     metrics = engine.metrics
+    error = lambda err: _error(err, engine.config.retry_after_s)
 
     @app.post("/predict")
     async def predict(request: Request):
@@ -88,7 +92,7 @@ def create_app(engine: Engine, drain_timeout: Optional[float] = None) -> FastAPI
             response = JSONResponse(result)
         except InputError as err:
             label = err.adapter or ("unknown" if err.status == 404 else label)
-            response = _error(err)
+            response = error(err)
         metrics.requests.labels(label, str(response.status_code)).inc()
         if response.status_code == 200:
             metrics.latency.labels(label).observe(time.monotonic() - began)
@@ -117,7 +121,7 @@ def create_app(engine: Engine, drain_timeout: Optional[float] = None) -> FastAPI
     async def add_adapter(request: Request):
         refused = engine.check_token(request.headers.get("authorization"))
         if refused is not None:
-            return _error(refused)
+            return error(refused)
         try:
             body = _parse_json(await _read_body(request, 64_000))
             if not isinstance(body, dict) or not isinstance(body.get("name"), str) or not isinstance(body.get("source"), str):
@@ -127,7 +131,7 @@ def create_app(engine: Engine, drain_timeout: Optional[float] = None) -> FastAPI
                 raise InputError(422, "'revision' is a branch, tag or commit (a string).")
             described = await engine.add(body["name"], body["source"], revision)
         except InputError as err:
-            return _error(err)
+            return error(err)
         logger.warning("bitfit-hf serve: adapter %r added from %s", body["name"], body["source"])
         return JSONResponse(described, status_code=201)
 
@@ -135,11 +139,11 @@ def create_app(engine: Engine, drain_timeout: Optional[float] = None) -> FastAPI
     async def remove_adapter(name: str, request: Request):
         refused = engine.check_token(request.headers.get("authorization"))
         if refused is not None:
-            return _error(refused)
+            return error(refused)
         try:
             await engine.remove(name)
         except InputError as err:
-            return _error(err)
+            return error(err)
         logger.warning("bitfit-hf serve: adapter %r removed", name)
         return {"removed": name, "adapters": sorted(engine.registry.entries)}
 
