@@ -26,8 +26,9 @@ def run(args: argparse.Namespace) -> int:
 
 def describe(adapter, folder: str) -> List[Tuple[str, str]]:
     """The rows ``info`` prints, as (label, text) pairs."""
-    from bitfit_hf.reporting.card_sections import human_size
+    from bitfit_hf.reporting.card_sections import human_size, method_role_texts
     from bitfit_hf.reporting.model_card import summary_from_adapter
+    from bitfit_hf.tuners.roles import role_rank
     from bitfit_hf.utils.constants import SUMMARY_NAME, WEIGHTS_NAME
     from bitfit_hf.utils.io import read_json_object
 
@@ -36,7 +37,9 @@ def describe(adapter, folder: str) -> List[Tuple[str, str]]:
     total = summary.get("total_params") or 0
     trained = summary.get("trainable_params", 0)
     fraction = f" ({100 * trained / total:.4f}% of {total:,})" if total else ""
-    roles = [r for r in summary.get("per_role", {}) if r != "head"]
+    extra = method_role_texts()
+    roles = sorted((r for r in summary.get("per_role", {}) if r != "head"), key=lambda r: role_rank(r, extra))
+    head = " + head" if "head" in summary.get("per_role", {}) else ""
     labels = sorted((cfg.id2label or {}).items(), key=lambda kv: int(kv[0]))
     rows = [
         ("adapter", folder),
@@ -50,7 +53,7 @@ def describe(adapter, folder: str) -> List[Tuple[str, str]]:
     if cfg.sentence_pooling:
         rows.append(("pooling", f"{cfg.sentence_pooling} (the base's sentence-transformers pooling; its pooler removed)"))
     rows += [
-        ("trained roles", " ".join(roles) + (" + head" if "head" in summary.get("per_role", {}) else "") or "head only"),
+        ("trained roles", " ".join(roles) + head if roles else "head only" if head else "none"),
         ("parameters", f"{trained:,} trained{fraction}; {summary.get('bias_params', 0):,} outside the head"),
         ("file size", f"{human_size(os.path.getsize(os.path.join(folder, WEIGHTS_NAME)))} ({WEIGHTS_NAME}, {cfg.dtype})"),
     ]

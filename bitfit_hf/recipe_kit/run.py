@@ -44,7 +44,7 @@ from bitfit_hf.training.checkpoints import (
     last_complete_checkpoint,
     resolve_resume_checkpoint,
 )
-from bitfit_hf.tuners import describe_method
+from bitfit_hf.tuners import describe_method, method_label
 from bitfit_hf.utils.constants import RUN_ARGS_NAME, SUMMARY_NAME
 from bitfit_hf.utils.errors import exit_on_user_error
 from bitfit_hf.utils.io import write_json_atomic
@@ -115,8 +115,15 @@ def log_run_header(parsed: ParsedArgs, recipe: str, config: Any = None) -> None:
         logger.info("Recipe defaults (override any with its flag): %s", shown)
     for note in parsed.notes:
         logger.info("%s", note)
-    logger.info("method=%s selection=%s learning_rate=%g output_dir=%s", parsed.bitfit.method,
-                describe_method(config if config is not None else parsed.bitfit.method_config()), args.learning_rate, args.output_dir)
+    method, selection = parsed.bitfit.method, config if config is not None else parsed.bitfit.method_config()
+    if parsed.model.adapter_name_or_path and not args.do_train and logger.isEnabledFor(logging.INFO):
+        from bitfit_hf.adapters.adapter import BitFitAdapter
+
+        # Evaluating or predicting with an adapter runs its method, whatever --method says.
+        selection = BitFitAdapter.from_pretrained(parsed.model.adapter_name_or_path).config
+        method = method_label(selection)
+    logger.info("method=%s selection=%s learning_rate=%g output_dir=%s", method, describe_method(selection),
+                args.learning_rate, args.output_dir)
 
 
 def start_run(data_class, defaults: RecipeDefaults, argv=None):

@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from bitfit_hf.adapters.config import AdapterConfig
 from bitfit_hf.reporting.card_metadata import REPO_ID, TASK_WORDS
-from bitfit_hf.tuners import METHODS, method_spec
-from bitfit_hf.tuners.roles import ALL_ROLES, role_rank
+from bitfit_hf.tuners import METHODS, bias_terms_of, method_spec
+from bitfit_hf.tuners.roles import ALL_ROLES, GAIN_ROLES, HEAD, role_rank
 from bitfit_hf.utils.constants import (
     BIAS_CHANGE_JSON,
     BIAS_CHANGE_PNG,
@@ -54,11 +54,48 @@ FILE_DESCRIPTIONS = {
 }
 
 
-def file_description(name: str, cfg: AdapterConfig) -> str:
-    """The files table's line for ``name`` (a random baseline's weights hold weight entries, not biases)."""
+def file_description(name: str, cfg: AdapterConfig, bias_only: bool = True) -> str:
+    """The files table's line for ``name``: the weights hold bias vectors only where nothing else was trained (a
+    random baseline's hold weight entries)."""
     if name == WEIGHTS_NAME and cfg.sparse_parameters:
         return "the trained weight entries (indices and values) and the task head (safetensors; the adapter config is embedded in its header)"
+    if not bias_only and name == WEIGHTS_NAME:
+        return "the trained tensors and the task head (safetensors; the adapter config is embedded in its header)"
+    if not bias_only and name == SUMMARY_NAME:
+        return "trainable parameter counts per role and layer"
     return FILE_DESCRIPTIONS.get(name, "")
+
+
+BIAS_TERMS, NORM_GAINS, BY_PATTERN, OTHER_TENSORS = "bias terms", "norm gains", "tensors selected by patterns", "other tensors"
+
+
+def trained_kinds(per_role: Mapping[str, Any]) -> List[str]:
+    """What a summary's roles outside the head are, in words: bias terms, norm gains (LayerNorm / RMSNorm), what
+    patterns selected, then anything else (a method's own tensors)."""
+    found = set()
+    for role in per_role:
+        if role == HEAD:
+            continue
+        if role in GAIN_ROLES or role == "gain":
+            found.add(NORM_GAINS)
+        elif role in ALL_ROLES or role == "bias":
+            found.add(BIAS_TERMS)
+        else:
+            found.add(BY_PATTERN if role == "pattern" else OTHER_TENSORS)
+    return [kind for kind in (BIAS_TERMS, NORM_GAINS, BY_PATTERN, OTHER_TENSORS) if kind in found]
+
+
+def vector_words(kinds: List[str]) -> Tuple[str, str]:
+    """``(what is trained, what its parameters are)`` in a card's words: ("bias terms", "bias parameters") for a
+    bias-only adapter (or one with nothing outside the head), ("bias terms and norm gains", "bias and gain
+    parameters") for BitFit's ``one-d``, ..."""
+    if kinds in ([], [BIAS_TERMS]):
+        return BIAS_TERMS, "bias parameters"
+    what = kinds[0] if len(kinds) == 1 else ", ".join(kinds[:-1]) + " and " + kinds[-1]
+    nouns = {BIAS_TERMS: "bias", NORM_GAINS: "gain"}
+    if any(kind not in nouns for kind in kinds):
+        return what, "parameters"
+    return what, " and ".join(nouns[kind] for kind in kinds) + " parameters"
 
 
 def role_rows(cfg: AdapterConfig, summary: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -67,10 +104,11 @@ def role_rows(cfg: AdapterConfig, summary: Mapping[str, Any]) -> List[Dict[str, 
     per_role = dict(summary.get("per_role") or {})
     tensors = dict(summary.get("tensors_per_role") or {})
     rows = []
-    for role in sorted(per_role, key=lambda r: role_rank(r, _method_role_texts())):
-        what = _method_role_texts().get(role) or ALL_ROLES.get(role) or {"head": "task head (" + ", ".join(f"`{m}`" for m in cfg.head_modules) + ")",
+    for role in sorted(per_role, key=lambda r: role_rank(r, method_role_texts())):
+        what = method_role_texts().get(role) or ALL_ROLES.get(role) or {"head": "task head (" + ", ".join(f"`{m}`" for m in cfg.head_modules) + ")",
                                        "bias": "other bias", "pattern": "selected by a pattern",
-                                       "gain": "other norm gain", "sparse": "entries of weight matrices"}.get(role, role)
+                                       "gain": "other norm gain", "weight": "other weight",
+                                       "sparse": "entries of weight matrices"}.get(role, role)
         rows.append({
             "role": role, "what": what, "tensors": tensors.get(role, ""), "params": int(per_role[role]),
             "percent": f"{100 * per_role[role] / total:.4f}%" if total else "",
@@ -78,7 +116,7 @@ def role_rows(cfg: AdapterConfig, summary: Mapping[str, Any]) -> List[Dict[str, 
     return rows
 
 
-def _method_role_texts() -> Dict[str, str]:
+def method_role_texts() -> Dict[str, str]:
     """Descriptions of the roles that methods other than BitFit add (AdapterBias's ``ab_v``, ...)."""
     return {role: text for spec in METHODS.values()
             for role, text in (getattr(spec.config_class, "role_descriptions", None) or {}).items()}
@@ -102,16 +140,20 @@ def card_method(cfg: AdapterConfig):
     return spec
 
 
-def bitfit_intro(cfg: AdapterConfig, base_id: Optional[str], bias_params: int, total: int, size: Optional[int]) -> str:
-    """The opening paragraph of a BitFit (or random-baseline) card: base, task, what the repo holds, labels."""
+def bitfit_intro(cfg: AdapterConfig, base_id: Optional[str], bias_params: int, total: int, size: Optional[int],
+                 kinds: Optional[List[str]] = None) -> str:
+    """The opening paragraph of a BitFit (or random-baseline) card: base, task, what the repo holds, labels.
+    ``kinds``: :func:`trained_kinds` of its summary (bias terms only by default)."""
     base = f"[`{base_id}`](https://huggingface.co/{base_id})" if base_id else f"`{cfg.base_model_name_or_path or 'its base model'}`"
     task = TASK_WORDS.get(cfg.task_type or "", "")
     head = f"`{cfg.architecture}`" + (f", {task}" if task else "")
+    trained, parameters = vector_words(kinds or [])
+    how = "bias-only fine-tuning" if trained == BIAS_TERMS else f"BitFit-style fine-tuning of its {trained}"
     text = (
-        f"A **BitFit** adapter for {base} ({head}): bias-only fine-tuning "
+        f"A **BitFit** adapter for {base} ({head}): {how} "
         "([Ben Zaken et al., ACL 2022](https://aclanthology.org/2022.acl-short.1)), made with "
-        "[bitfit-hf](https://pypi.org/project/bitfit-hf/). The repo holds only the fine-tuned bias terms"
-        f"{' and the task head' if cfg.head_modules else ''}"
+        f"[bitfit-hf](https://pypi.org/project/bitfit-hf/). The repo holds only the fine-tuned {trained}"
+        + ((" and" if trained == BIAS_TERMS else " plus") + " the task head" if cfg.head_modules else "")
     )
     if cfg.sparse_parameters:  # the paper's random baselines train weight entries, not biases
         text = (
@@ -123,7 +165,7 @@ def bitfit_intro(cfg: AdapterConfig, base_id: Optional[str], bias_params: int, t
         )
     bits = []
     if bias_params:
-        what = "weight entries" if cfg.sparse_parameters else "bias parameters"
+        what = "weight entries" if cfg.sparse_parameters else parameters
         bits.append(f"{bias_params:,} {what}" + (f", {100 * bias_params / total:.3f}% of the base" if total else ""))
     if size:
         bits.append(f"{human_size(size)} in all")
@@ -180,15 +222,21 @@ def dataset_text(datasets: List[str], name: Optional[str], config: Optional[str]
 
 
 def selection_lines(cfg: AdapterConfig) -> List[str]:
-    """The bullet lines that say what the adapter selected: bias terms or method settings, patterns, head, base."""
-    lines = [f"bias terms: `{' '.join(cfg.bias_terms)}`"]
+    """The bullet lines that say what the adapter selected: bias terms where the method has them, its settings,
+    patterns, head, base."""
+    terms = bias_terms_of(cfg)
+    lines = []
     if cfg.sparse_parameters:
         seed = cfg.method_config.get("random_seed")
         lines = [f"random entries of {len(cfg.sparse_parameters)} weight matrices ({cfg.method}"
                  + (f", random_seed {seed}" if seed is not None else "")
-                 + f"), as many as the bias terms `{' '.join(cfg.bias_terms)}`"]
-    elif cfg.method_config:  # a method's own fields (BitFit has none beyond the bias terms)
-        lines = ["method settings: " + ", ".join(f"`{k}={v}`" for k, v in sorted(cfg.method_config.items()))]
+                 + f"), as many as the bias terms `{' '.join(terms)}`"]
+    else:
+        # "frozen" beside a method's own tensors ((IA)³, LoRA alone) is no bias selection to state
+        if terms and not (cfg.method_config and terms == ["frozen"]):
+            lines.append(f"bias terms: `{' '.join(terms)}`")
+        if cfg.method_config:  # a method's own fields (BitFit has none beyond the bias terms)
+            lines.append("method settings: " + ", ".join(f"`{k}={v}`" for k, v in sorted(cfg.method_config.items())))
     if cfg.patterns:
         lines.append("extra patterns: " + ", ".join(f"`{p}`" for p in cfg.patterns))
     if cfg.head_modules:

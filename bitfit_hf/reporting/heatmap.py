@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
@@ -26,14 +27,19 @@ from torch import nn
 
 from bitfit_hf.adapters.base_checkpoint import read_checkpoint_biases
 from bitfit_hf.adapters.config import AdapterConfig
+from bitfit_hf.adapters.sparse import tensor_names
+from bitfit_hf.tuners import tensor_role_of
 from bitfit_hf.tuners.peft_layers import BASE_LAYER
-from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, PRESETS, module_roles, role_rank, roles_for
+from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, GAIN_ROLES, PRESETS, module_roles, role_rank, roles_for
 from bitfit_hf.utils.names import is_under
 
 logger = logging.getLogger(__name__)
 
 METRIC = "(1/dim)·‖b0 − bF‖₁"
 _OTHER = "bias"  # a trained bias no role names
+_GAIN = "gain"  # a trained norm gain no role names
+_PATTERN = "pattern"  # a tensor a pattern selected, that no selected role names
+_WEIGHT = "weight"
 
 
 @dataclass
@@ -235,28 +241,106 @@ class BiasChange:
 
 
 def classify(config: AdapterConfig) -> List[Tuple[str, str, str, Optional[Tuple[int, int]]]]:
-    """``(parameter name, role, layer, chunk)`` for every trained bias vector of an adapter (not the head).
+    """``(parameter name, role, layer, chunk)`` for every trained bias vector of the base in an adapter (not the
+    head, nor a bias of a module the method inserted, which the base lacks: AdapterBias's ``L_alpha``).
 
     Roles come from the architecture's role table; a bias no role names is ``"bias"`` (its layer is
     its first integer path component, if any). For a fused bias (GPT-2 ``c_attn``) there is one
     entry per chunk, limited to the chosen roles when ``bias_terms`` names roles.
     """
     heads = list(config.head_modules)
-    table = ARCHITECTURE_ROLES.get(config.model_type) and roles_for(config.model_type)
+    table = _role_table(config)
     chosen = _chosen_roles(config.bias_terms)
     out = []
     for name in config.trained_parameters:
-        if not name.endswith(".bias") or is_under(name, heads):
+        if not name.endswith(".bias") or is_under(name, heads) or tensor_role_of(config.method, name) is not None:
             continue
-        module = name[: -len(".bias")]
-        if module.endswith("." + BASE_LAYER):  # a module peft wrapped (LoRA, (IA)³): its stock name
-            module = module[: -len(BASE_LAYER) - 1]
-        found = [(name, role, layer, rule.chunk) for role, rule, layer in module_roles(table or {}, module)
+        module = _stock_module(name)
+        found = [(name, role, layer, rule.chunk) for role, rule, layer in module_roles(table, module)
                  if rule.chunk is None or chosen is None or role in chosen]
         if not found:
             found.append((name, _OTHER, _layer_of(module), None))
         out.extend(found)
     return out
+
+
+def classify_trained(adapter) -> List[Tuple[str, str, str, int]]:
+    """``(parameter name, role, layer, count)`` for every tensor an adapter trained outside the head, named as the
+    trainer's summary names them, so counts rebuilt from an adapter match the ones taken at training.
+
+    The method's own tensors take its ``tensor_role`` (a sparse one counts its stored entries); a bias or a norm
+    gain takes the role that selected it (``b_q``, ``g_LN1``; a fused bias one entry per chunk), else ``bias`` /
+    ``gain`` under ``all`` / ``one-d``, else ``pattern`` where a pattern selected it, else the role of its module
+    (a method that picks norms itself), else ``bias``, ``gain`` (a vector) or ``weight``.
+    """
+    cfg: AdapterConfig = adapter.config
+    heads = list(cfg.head_modules)
+    table = _role_table(cfg)
+    terms = list(cfg.bias_terms or [])
+    chosen = _chosen_roles(terms)  # None: every bias role
+    chosen_gains = set(GAIN_ROLES) if terms == ["one-d"] else set(terms) & set(GAIN_ROLES)
+    whole = terms in (["all"], ["one-d"])
+    patterns = [re.compile(p) for p in cfg.patterns]
+    sparse = set(cfg.sparse_parameters)
+    out: List[Tuple[str, str, str, int]] = []
+    for name in cfg.trained_parameters:
+        if is_under(name, heads):
+            continue
+        module, attr = _stock_module(name), name.rsplit(".", 1)[-1]
+        own = tensor_role_of(cfg.method, name)
+        if name in sparse:
+            out.append((name, own or "sparse", _layer_in(table, module), adapter.tensors[tensor_names(name)[0]].numel()))
+            continue
+        tensor = adapter.tensors.get(name)
+        numel = tensor.numel() if tensor is not None else 0
+        if own is not None:
+            out.append((name, own, _layer_in(table, module), numel))
+            continue
+        vector = tensor is not None and tensor.dim() == 1
+        if attr == "bias":
+            found = list(module_roles(table, module))
+            picked = [f for f in found if chosen is None or f[0] in chosen]
+        elif attr == "weight" and vector:
+            found = list(module_roles(table, module, list(GAIN_ROLES)))
+            picked = [f for f in found if f[0] in chosen_gains]
+        else:
+            found = picked = []
+        if picked:
+            out.extend(_role_entries(name, numel, picked))
+        elif whole and (attr == "bias" or (vector and terms == ["one-d"])):
+            out.append((name, _OTHER if attr == "bias" else _GAIN, "", numel))
+        elif any(p.fullmatch(name) for p in patterns):
+            out.append((name, _PATTERN, "", numel))
+        elif found:  # a method that picks its norms itself (AdapterBias)
+            out.extend(_role_entries(name, numel, found))
+        else:
+            out.append((name, _OTHER if attr == "bias" else _GAIN if vector else _WEIGHT, "", numel))
+    return out
+
+
+def _role_entries(name: str, numel: int, found) -> List[Tuple[str, str, str, int]]:
+    """One entry per ``(role, rule, layer)``: a chunk of a fused bias counts its share."""
+    return [(name, role, layer, numel // rule.chunk[1] if rule.chunk else numel) for role, rule, layer in found]
+
+
+def _role_table(config: AdapterConfig):
+    return (ARCHITECTURE_ROLES.get(config.model_type) and roles_for(config.model_type)) or {}
+
+
+def _layer_in(table, module: str) -> str:
+    """The layer label of the nearest module at or above ``module`` that a role names (a method's tensors sit in
+    or under a stock module: ``...query.lora_A``); ``""`` outside the layers."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        for _, _, layer in module_roles(table, ".".join(parts[:end])):
+            return layer
+    return ""
+
+
+def _stock_module(name: str) -> str:
+    """The module of a parameter name, under its stock name where peft wrapped it (LoRA, (IA)³)."""
+    module = name.rsplit(".", 1)[0]
+    return module[: -len(BASE_LAYER) - 1] if module.endswith("." + BASE_LAYER) else module
 
 
 def _chosen_roles(bias_terms: Iterable[str]) -> Optional[set]:

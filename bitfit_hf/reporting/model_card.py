@@ -4,7 +4,7 @@ The card is rendered from the Jinja template ``model_cards/bitfit_adapter.md`` (
 ``bitfit_hf/model_cards/bitfit_adapter.md``). Its metadata carries ``base_model`` (with ``base_model_relation:
 adapter``), ``library_name: bitfit-hf``, ``tags`` (``bitfit`` first), ``datasets``, ``license``,
 ``pipeline_tag`` (from the adapter's task type) and a ``model-index`` with the evaluation results; the
-body says what was trained (bias types, counts, fraction of the base), the training
+body says what was trained (every trained tensor by role, counts, fraction of the base), the training
 hyper-parameters, the evaluation table, the bias-change heat map (the paper's Figure 1), a
 copy-paste snippet that loads the adapter onto the stock base, and the BitFit citation.
 
@@ -26,7 +26,6 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from bitfit_hf.adapters.base_checkpoint import checkpoint_files, match_key, tensor_sizes
 from bitfit_hf.adapters.config import AdapterConfig
-from bitfit_hf.adapters.sparse import tensor_names
 from bitfit_hf.reporting.bias_change_files import resolve_bias_change, write_bias_change_files
 from bitfit_hf.reporting.card_metadata import (
     PIPELINE_TAGS,
@@ -37,6 +36,7 @@ from bitfit_hf.reporting.card_metadata import (
     model_index_rows,
 )
 from bitfit_hf.reporting.card_sections import (
+    BIAS_TERMS,
     BITFIT_CITATION,
     FILE_DESCRIPTIONS,
     bitfit_intro,
@@ -49,12 +49,13 @@ from bitfit_hf.reporting.card_sections import (
     method_text,
     role_rows,
     selection_lines,
+    trained_kinds,
     usage_example,
+    vector_words,
     version_rows,
 )
 from bitfit_hf.reporting.eval_results import read_eval_results
-from bitfit_hf.reporting.heatmap import BiasChange, classify
-from bitfit_hf.tuners import tensor_role_of
+from bitfit_hf.reporting.heatmap import BiasChange, classify_trained
 from bitfit_hf.tuners.summary import TrainableSummary
 from bitfit_hf.utils.constants import (
     BIAS_CHANGE_PNG,
@@ -97,7 +98,9 @@ def template_path() -> str:
 
 
 def summary_from_adapter(adapter, total_params: Optional[int] = None) -> dict:
-    """``trainable_summary.json`` rebuilt from the adapter alone (same keys as ``TrainableSummary``).
+    """``trainable_summary.json`` rebuilt from the adapter alone (same keys as ``TrainableSummary``): every trained
+    tensor by role (:func:`~bitfit_hf.reporting.heatmap.classify_trained`: biases, norm gains, a method's own
+    tensors, ...), then the head.
 
     ``total_params`` (the task model's size, for the fractions) defaults to the size of the recorded
     base checkpoint when it is a local folder or in the Hub cache, plus the head; else 0 (unknown).
@@ -106,25 +109,12 @@ def summary_from_adapter(adapter, total_params: Optional[int] = None) -> dict:
     per_role: Dict[str, int] = {}
     tensors: Dict[str, int] = {}
     per_layer: Dict[str, Dict[str, int]] = {}
-    for name, role, layer, chunk in classify(cfg):
-        numel = adapter.tensors[name].numel() if name in adapter.tensors else 0
-        numel = numel // chunk[1] if chunk else numel
+    for _name, role, layer, numel in classify_trained(adapter):
         per_role[role] = per_role.get(role, 0) + numel
         tensors[role] = tensors.get(role, 0) + 1
         layers = per_layer.setdefault(role, {})
         layers[layer] = layers.get(layer, 0) + numel
-    for name in cfg.sparse_parameters:  # weights trained in some entries (random baselines): count those
-        numel = adapter.tensors[tensor_names(name)[0]].numel()
-        role = tensor_role_of(cfg.method, name) or "sparse"
-        per_role[role] = per_role.get(role, 0) + numel
-        tensors[role] = tensors.get(role, 0) + 1
-    heads = cfg.head_modules
-    for name in cfg.trained_parameters:  # the method's own tensors (LoRA matrices, (IA)³ vectors, shifts)
-        role = tensor_role_of(cfg.method, name)
-        if role is not None and name in adapter.tensors and not is_under(name, heads):
-            per_role[role] = per_role.get(role, 0) + adapter.tensors[name].numel()
-            tensors[role] = tensors.get(role, 0) + 1
-    head = [n for n in cfg.trained_parameters if is_under(n, heads)]
+    head = [n for n in cfg.trained_parameters if is_under(n, cfg.head_modules)]
     if head:
         per_role["head"] = sum(adapter.tensors[n].numel() for n in head if n in adapter.tensors)
         tensors["head"] = len(head)
@@ -209,6 +199,9 @@ def build_model_card(
     head_params = int(per_role.get("head", 0)) if cfg.train_head else 0
     bias_params = int(summary.get("bias_params", sum(v for k, v in per_role.items() if k != "head")))
     summary_rows = role_rows(cfg, summary)
+    kinds = trained_kinds(per_role)
+    trained_words, parameter_words = vector_words(kinds)
+    bias_only = trained_words == BIAS_TERMS
     if isinstance(bias_change, Mapping):
         bias_change = BiasChange.from_dict(bias_change)
     base_for_snippet = base_id or cfg.base_model_name_or_path or "BASE-MODEL-ID"
@@ -216,7 +209,8 @@ def build_model_card(
     file_list = list(files) if files is not None else [WEIGHTS_NAME, CONFIG_NAME, README_NAME]
     template_kwargs = dict(
         title=title,
-        intro=bitfit_intro(cfg, base_id, bias_params, total, size) if spec is None else method_intro(cfg, spec, base_id, bias_params, total, size),
+        intro=(bitfit_intro(cfg, base_id, bias_params, total, size, kinds) if spec is None
+               else method_intro(cfg, spec, base_id, bias_params, total, size)),
         method_text=method_text(cfg, spec, bias_params, head_params, total) if spec is not None else "",
         train_head=cfg.train_head,
         sparse_entries=bool(cfg.sparse_parameters),
@@ -225,6 +219,9 @@ def build_model_card(
         total_params=total,
         bias_fraction_text=f"{100 * bias_params / total:.4f}%" if total else "",
         train_summary_rows=summary_rows,
+        role_header="bias type" if bias_only else "role",
+        trained_words=trained_words,
+        parameter_words=parameter_words,
         selection_lines=selection_lines(cfg),
         repo_id=repo_id,
         base_for_snippet=base_for_snippet,
@@ -239,7 +236,7 @@ def build_model_card(
         heatmap_file=heatmap_file,
         bias_change_table=bias_change.to_markdown() if bias_change is not None and bias_change.roles else "",
         outside_layers=[(k, fmt(v)) for k, v in bias_change.outside_layers.items()] if bias_change is not None else [],
-        files=[(name, file_description(name, cfg)) for name in sorted(set(file_list))],
+        files=[(name, file_description(name, cfg, bias_only)) for name in sorted(set(file_list))],
         versions=version_rows(cfg),
         citation=spec.citation if spec is not None and spec.citation else BITFIT_CITATION,
     )

@@ -166,10 +166,13 @@ def another_base(cfg: AdapterConfig, reference: Optional[AdapterConfig]) -> Opti
 
 
 def mixable(cfg: AdapterConfig) -> Optional[str]:
-    """``None`` when a mixed-task batch can route this adapter per example: it trains module biases and the head,
-    plus tensors of its own that its method routes per example (``Method.batch_router``: (IA)³ vectors);
-    otherwise why not (it is then served by switching)."""
+    """``None`` when a mixed-task batch can route this adapter per example: its method does not say it cannot
+    (``Method.not_batchable``), and it trains module biases and the head, plus tensors of its own that its method
+    routes per example (``Method.batch_router``: (IA)³ vectors); otherwise why not (it is then served by
+    switching)."""
     spec = method_spec(cfg.method)
+    if spec.not_batchable:
+        return f"{cfg.method}: {spec.not_batchable}"
     routed = spec.supports("batch_router")
     if not routed and (spec.not_mergeable or spec.inserts_modules):
         return f"{cfg.method} inserts modules"

@@ -128,8 +128,10 @@ class Method:
         return None
 
     def describe(self, config: Any) -> str:
-        """One line on what a config selects, for ``bitfit-hf info`` and the recipes' log."""
-        return f"{method_label(config)} ({' '.join(bias_terms_of(config))})"
+        """One line on what a config selects, for ``bitfit-hf info`` and the recipes' log: its bias terms where
+        it has them, else its own settings."""
+        words = " ".join(bias_terms_of(config)) or method_settings(config)
+        return f"{method_label(config)} ({words})" if words else method_label(config)
 
     def card_variant(self, config: Any) -> Optional[Tuple[str, str]]:
         """``(display_name, description)`` of the variant a config describes, for model cards; None: as registered."""
@@ -143,13 +145,22 @@ METHODS: Dict[str, Method] = {}
 
 
 def register_method(method: Any) -> Method:
-    """Register a :class:`Method` (an instance or a subclass); returns the registered instance."""
+    """Register a :class:`Method` (an instance or a subclass); returns the registered instance.
+
+    A name already registered is refused, as PEFT's ``register_peft_method`` does: adapters store only the name, so
+    a silent replacement would load every adapter of the old method with the new one's hooks. To replace a method
+    on purpose, :func:`unregister_method` it first."""
     if isinstance(method, type):
         method = method()
     if not isinstance(method, Method):
         raise TypeError(f"register_method takes a Method, not {type(method).__name__}")
     if not method.name:
         raise ValueError(f"{type(method).__name__} has no name")
+    existing = METHODS.get(method.name)
+    if existing is not None:
+        raise ValueError(f"A method named {method.name!r} is already registered: {existing!r}. Give "
+                         f"{type(method).__qualname__} another name, or call unregister_method({method.name!r}) "
+                         "first to replace it.")
     METHODS[method.name] = method
     return method
 
@@ -189,7 +200,8 @@ def method_label(config: Any) -> str:
 
 
 def bias_terms_of(config: Any) -> List[str]:
-    """``bias_terms`` of a method config or an adapter config, as a list."""
+    """``bias_terms`` of a method config or an adapter config, as a list; empty for a method without a bias
+    selection (AdapterBias)."""
     terms = getattr(config, "bias_terms", None)
     return [terms] if isinstance(terms, str) else list(terms or [])
 

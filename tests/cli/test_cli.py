@@ -284,3 +284,30 @@ def test_info_and_predict_on_an_adapter_that_classifies_from_mean_pooling(minilm
     label = int(probs.argmax())
     assert printed[0] == ["negative", "positive"][label]
     assert float(printed[1]) == pytest.approx(float(probs[label]), abs=1e-4)
+
+
+def _info_rows(capsys, folder) -> dict:
+    assert main(["info", str(folder)]) == 0
+    return {line[:14].strip(): line[14:] for line in capsys.readouterr().out.strip().splitlines()}
+
+
+def test_info_counts_the_norm_gains_of_a_one_d_adapter(tmp_path, capsys):
+    """No trainable_summary.json beside it: the counts come from the adapter's own tensors, gains included."""
+    from conftest import tiny_model
+
+    model = tiny_model("bert", num_labels=2)
+    state = apply_bitfit(model, BitFitConfig("one-d"))
+    save_adapter(model, str(tmp_path / "one-d"))
+    assert not (tmp_path / "one-d" / "trainable_summary.json").exists()
+    rows = _info_rows(capsys, tmp_path / "one-d")
+    assert rows["method"] == "bitfit (one-d)"
+    assert rows["trained roles"] == "b_q b_k b_v b_m1 b_LN1 b_m2 b_m3 b_LN2 b_emb_LN b_pooler g_LN1 g_LN2 g_emb_LN + head"
+    summary = state.summary
+    assert rows["parameters"].startswith(f"{summary.trainable_params:,} trained")
+    assert rows["parameters"].endswith(f"; {summary.bias_params:,} outside the head")
+    assert summary.per_role["g_LN1"] == 2 * 32  # the gains are in those counts
+
+    model = tiny_model("bert", num_labels=2)
+    apply_bitfit(model, BitFitConfig("frozen"))
+    save_adapter(model, str(tmp_path / "frozen"))
+    assert _info_rows(capsys, tmp_path / "frozen")["trained roles"] == "head only"

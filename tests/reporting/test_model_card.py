@@ -311,3 +311,87 @@ def test_card_of_a_pooled_adapter_says_what_the_head_reads():
     card = build_model_card(adapter, "me/pooled", summary=state.summary.to_dict())
     assert "classifies from the base's own mean pooling" in card.text
     assert "b_pooler" not in card.text, "the removed pooler's bias is not among the trained roles"
+
+
+def _trained(arch, config):
+    """A tiny model prepared for ``config`` and its trained tensors moved: ``(state, adapter)``."""
+    from conftest import tiny_model
+
+    from bitfit_hf.tuners import apply_method
+
+    model = tiny_model(arch)
+    state = apply_method(model, config)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(0.01)
+    return state, BitFitAdapter.from_model(model, "org/base")
+
+
+def _configs():
+    from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
+    from bitfit_hf.tuners.bitfit_ia3.config import BitFitIA3Config
+
+    return [
+        ("bert", BitFitConfig("one-d")), ("gpt2", BitFitConfig("one-d")), ("llama", BitFitConfig("one-d")),
+        ("bert", BitFitConfig(["g_LN1", "g_LN2"])),
+        ("bert", BitFitConfig(["b_q"], patterns=[r".*attention\.output\.LayerNorm\.weight"])),
+        ("gpt2", BitFitConfig("paper-subset")), ("bert", AdapterBiasConfig()), ("bert", BitFitIA3Config("one-d")),
+    ]
+
+
+@pytest.mark.parametrize("arch, config", _configs(), ids=lambda v: v if isinstance(v, str) else
+                         f"{v.method}-{'-'.join(getattr(v, 'bias_terms', []))}")
+def test_the_summary_rebuilt_from_an_adapter_counts_every_trained_tensor_by_role(arch, config):
+    """Norm gains, a method's own tensors and what patterns selected are counted as at training, not only biases."""
+    state, adapter = _trained(arch, config)
+    expected = state.summary.to_dict()
+    expected.pop("notes", None)
+    assert summary_from_adapter(adapter, total_params=state.summary.total_params) == expected
+
+
+def test_the_one_d_card_counts_and_names_the_norm_gains():
+    state, adapter = _trained("gpt2", BitFitConfig("one-d"))
+    summary = summary_from_adapter(adapter, total_params=state.summary.total_params)
+    assert {"g_LN1", "g_LN2", "g_final_LN"} <= set(summary["per_role"])
+    gains = sum(n for role, n in summary["per_role"].items() if role.startswith("g_"))
+    biases = sum(n for role, n in summary["per_role"].items() if role.startswith("b_"))
+    assert gains == 5 * 32 and summary["bias_params"] == biases + gains  # 2 layers x 2 norms + ln_f, 32 wide
+    text = build_model_card(adapter, "me/one-d", summary=summary).text
+    assert "| `g_final_LN` | gain of the final LayerNorm of a pre-LN stack | 1 | 32 |" in text
+    assert f"trains **{biases + gains:,} bias and gain parameters**" in text
+    assert "only its bias terms and norm gains plus the task head" in text and "bias-only" not in text
+    assert "| role | what it is |" in text and "`adapter_model.safetensors`: the trained tensors" in text
+
+
+def test_a_bias_only_card_keeps_its_bias_wording():
+    card, _ = card_for()
+    text = card.text
+    assert "BitFit (bias-only fine-tuning) freezes every weight matrix and LayerNorm gain" in text
+    assert "| bias type | what it is |" in text and "**928 bias parameters**" in text
+    assert "`adapter_model.safetensors`: the trained bias vectors and the task head" in text
+
+
+def test_cards_state_bias_terms_where_the_method_has_them():
+    from bitfit_hf.reporting.card_sections import selection_lines
+    from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
+    from bitfit_hf.tuners.bitfit_ia3.config import BitFitIA3Config, IA3Config
+
+    def first_lines(config):
+        return selection_lines(_trained("bert", config)[1].config)[:2]
+
+    assert first_lines(BitFitIA3Config("b_q")) == ["bias terms: `b_q`", "method settings: `ia3_feedforward_modules="
+                                                   "None`, `ia3_target_modules=None`"]
+    assert first_lines(IA3Config())[0].startswith("method settings:")  # (IA)³ alone: no bias term to state
+    assert first_lines(AdapterBiasConfig())[0].startswith("method settings:")  # no bias selection at all
+    assert first_lines(BitFitConfig("all"))[0] == "bias terms: `all`"
+
+
+def test_the_bias_change_leaves_out_biases_the_base_lacks():
+    """AdapterBias's L_alpha bias lives in a module it inserts: no base bias to compare it with."""
+    from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
+
+    _, adapter = _trained("bert", AdapterBiasConfig())
+    names = [entry[0] for entry in classify(adapter.config)]
+    assert names and not any("alpha" in name for name in names)
+    assert {role for _, role, _, _ in classify(adapter.config)} == {"b_LN2", "b_emb_LN"}

@@ -244,6 +244,39 @@ def test_biasless_model_without_add_missing_biases_is_an_error():
         resolve(model, BitFitConfig("all", train_head=False))
 
 
+NORM_ROLES = ["b_LN1", "b_LN2", "b_emb_LN", "b_final_LN", "g_LN1", "g_LN2", "g_emb_LN", "g_final_LN"]
+
+
+@pytest.mark.parametrize("arch, roles", [
+    ("bert", {"b_LN1", "b_LN2", "b_emb_LN", "g_LN1", "g_LN2", "g_emb_LN"}),  # post-LN: no final norm
+    ("gpt2", {"b_LN1", "b_LN2", "b_final_LN", "g_LN1", "g_LN2", "g_final_LN"}),  # no embeddings norm
+    ("llama", {"g_LN1", "g_LN2", "g_final_LN"}),  # RMSNorm: gains, no bias
+])
+def test_a_role_list_skips_the_roles_a_model_lacks(arch, roles, caplog):
+    """One list of every norm role serves every architecture: each model trains the norms it has."""
+    with caplog.at_level("INFO", logger="bitfit_hf"):
+        selection = resolve(tiny_model(arch), BitFitConfig(NORM_ROLES, train_head=False))
+    assert {e.role for e in selection.entries} == roles
+    assert all(e.name.endswith(".weight" if e.role.startswith("g_") else ".bias") for e in selection.entries)
+    skipped = set(NORM_ROLES) - roles
+    assert f"skipping {', '.join(r for r in NORM_ROLES if r in skipped)}" in caplog.text
+
+
+def test_a_single_role_or_a_list_the_model_lacks_is_an_error_naming_the_roles_it_has():
+    config = T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100)
+    tagger = T.BertForTokenClassification(config)  # no pooler
+    assert {e.role for e in resolve(tagger, BitFitConfig(["b_q", "b_pooler"])).entries} == {"b_q", "head"}
+    for terms, what in ((["b_pooler"], "Role 'b_pooler'"), (["b_pooler", "b_xq"], "bias_terms b_pooler b_xq")):
+        with pytest.raises(SelectionError) as caught:
+            resolve(tagger, BitFitConfig(terms))
+        message = str(caught.value)
+        assert message.startswith(f"{what} selects no parameter of this bert model")
+        has = message.split("This architecture has the roles: ")[1]
+        assert has.startswith("b_q, b_k, b_v") and "g_LN1" in has and "b_pooler" not in has
+    with pytest.raises(SelectionError, match="Role 'b_q' names 2 module.*add_missing_biases=True"):
+        resolve(tiny_model("llama"), BitFitConfig(["b_q", "b_v"]))  # none has a bias: how to add them
+
+
 def test_string_forms_of_bias_terms():
     assert BitFitConfig("b_q b_m2").bias_terms == ["b_q", "b_m2"]
     assert BitFitConfig("b_q,b_m2").bias_terms == ["b_q", "b_m2"]

@@ -2,11 +2,13 @@
 
 Resolution never mutates the model: it returns a :class:`Selection` naming every trained tensor with
 its role and layer, and the modules that still need a bias added. Anything that selects nothing is an
-error that names the roles and the model's bias parameters, never a silent no-op.
+error that names the roles and the model's bias parameters, never a silent no-op; only a role in a list
+of several (or a preset) may be one the model lacks, and is then skipped.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Dict, Iterable, List, Optional
 
@@ -35,6 +37,8 @@ PATTERN = "pattern"
 WEIGHT = "weight"  # full fine-tuning: a non-bias parameter
 GAIN = "gain"  # a norm gain that no gain role names (e.g. Qwen3's per-head q_norm / k_norm)
 EMBEDDING_ROLES = ("b_emb_LN", "g_emb_LN")  # below the first layer: the deepest for layer-wise rates
+
+logger = logging.getLogger("bitfit_hf")
 
 
 def layer_depths(selection: Selection) -> Dict[str, int]:
@@ -177,18 +181,20 @@ def _select_everything(plan: _Plan) -> None:
 
 
 def _select_roles(plan: _Plan, roles: List[str]) -> None:
-    """The biases of the named roles; under ``all``, roles the architecture lacks are skipped silently."""
+    """The tensors of the named roles. A role the model lacks (no module of it in this architecture, or, with
+    nothing to add, no bias on any of its modules) is skipped under ``all`` / ``one-d`` and in a list of several
+    roles, so one list serves every architecture (GPT-2 has no ``b_emb_LN``, BERT no ``b_final_LN``, LLaMA's
+    norms no bias); a single role the model lacks, or a list of which it has none, is an error naming the roles
+    it has (or the modules without a bias). A role only some of whose modules lack a bias is an error too."""
     if not roles:
         return
     lenient = plan.whole_model_preset
     table = roles_for(plan.model_type)
-    absent = [role for role in roles if rules_of(table, role) is None]
-    if absent and not lenient:
-        raise plan.nothing_selected(f"Role {absent[0]!r}", f"This architecture has the roles: {', '.join(table)}.")
     matched: Dict[str, List[str]] = {role: [] for role in roles}
     missing: Dict[str, List[str]] = {role: [] for role in roles}
     body = {name: module for name, module in plan.modules.items() if not is_under(name, plan.head_modules)}
-    for role in (r for r in roles if r not in absent):  # role-major: the order adapters record their tensors in
+    # role-major: the order adapters record their tensors in
+    for role in (r for r in roles if rules_of(table, r) is not None):
         take = _take_gain if parameter_of(role) == "weight" else _take_bias
         for module_name, module in body.items():
             for _, rule, layer in module_roles(table, module_name, [role]):
@@ -196,15 +202,39 @@ def _select_roles(plan: _Plan, roles: List[str]) -> None:
                 take(plan, module_name, module, role, layer, rule.chunk, missing[role])
     if lenient:
         return
+    # A role the model lacks: no module of it, or (nothing added) none of its modules has a bias.
+    lacking = [role for role in roles if len(missing[role]) == len(matched[role])]
+    if len(lacking) == len(roles):
+        unbiased = next((role for role in roles if missing[role]), None)
+        if unbiased is None:
+            what = f"Role {roles[0]!r}" if len(roles) == 1 else f"bias_terms {' '.join(roles)}"
+            raise plan.nothing_selected(what, "This architecture has the roles: "
+                                              f"{', '.join(_roles_present(table, body))}.")
+        raise _no_bias_there(plan, unbiased, missing[unbiased])
+    if lacking:
+        logger.info("bias_terms: skipping %s, which this %s model lacks.", ", ".join(lacking), plan.model_type)
     for role in roles:
-        if not matched[role]:
-            raise plan.nothing_selected(f"Role {role!r}")
-        if missing[role]:
-            raise SelectionError(
-                f"Role {role!r} names {len(missing[role])} module(s) without a bias in this {plan.model_type} model "
-                f"(e.g. {missing[role][0]}). Set add_missing_biases=True (--add_missing_biases) to add "
-                "zero-initialised biases there; the model's outputs stay unchanged until training."
-            )
+        if missing[role] and role not in lacking:
+            raise _no_bias_there(plan, role, missing[role])
+
+
+def _no_bias_there(plan: _Plan, role: str, modules: List[str]) -> SelectionError:
+    return SelectionError(
+        f"Role {role!r} names {len(modules)} module(s) without a bias in this {plan.model_type} model "
+        f"(e.g. {modules[0]}). Set add_missing_biases=True (--add_missing_biases) to add "
+        "zero-initialised biases there; the model's outputs stay unchanged until training."
+    )
+
+
+def _roles_present(table: Dict, body: Dict[str, nn.Module]) -> List[str]:
+    """The roles whose modules this model has (a gain role where its norm has a 1-D gain), in table order."""
+    present: Dict[str, None] = {}
+    for module_name, module in body.items():
+        for role, _, _ in module_roles(table, module_name, list(table) + list(GAIN_ROLES)):
+            if parameter_of(role) == "bias" or is_norm(module):
+                present[role] = None
+    order = list(table) + list(GAIN_ROLES)
+    return sorted(present, key=order.index)
 
 
 def _take_bias(plan: _Plan, module_name: str, module: nn.Module, role: str, layer: str, chunk, missing: List[str]) -> None:
