@@ -51,13 +51,22 @@ from bitfit_hf.tuners import method_spec, tensor_role_of
 from bitfit_hf.tuners.bias.layer import HOOK_ATTR
 from bitfit_hf.utils.names import is_under
 
-__all__ = ["BASE_TASK", "MultiTaskModel", "MultiTaskOutput"]
+__all__ = ["BASE_TASK", "MultiTaskModel", "MultiTaskOutput", "TaskRefused"]
 
 #: The task name of the stock model (no adapter), as in PEFT's ``adapter_names=[..., "__base__"]``; its
 #: index is ``len(tasks)``.
 BASE_TASK = "__base__"
 
 AdapterLike = Union[str, BitFitAdapter]
+
+
+class TaskRefused(AdapterError):
+    """A task that cannot be routed per example; ``task`` names it, so a caller holding several tasks can set
+    that one aside without reading the message."""
+
+    def __init__(self, task: str, message: str):
+        super().__init__(message)
+        self.task = task
 
 
 def _additive_bias_types():
@@ -143,7 +152,8 @@ class MultiTaskModel(nn.Module):
             method = self.bank.adapters[task].config.method
             refusal = method_spec(method).not_batchable
             if refusal:
-                raise AdapterError(
+                raise TaskRefused(
+                    task,
                     f"Task {task!r} uses {method}: {refusal}. Serve it with AdapterBank.activate(task) on batches "
                     "of that task alone."
                 )
@@ -206,18 +216,21 @@ class MultiTaskModel(nn.Module):
         if module_name in claimed:
             module = _bias_owner(module)
         elif type(module).__module__.startswith("peft."):
-            raise AdapterError(
+            raise TaskRefused(
+                task,
                 f"Task {task!r} ({config.method}) trains the bias of {module_name!r}, which the bank has wrapped in "
                 "another task's peft layer: mixed-task batches route per-example bias deltas only. Serve the tasks "
                 "whose method wraps modules one at a time with AdapterBank.activate(), from a bank of their own."
             )
         if attr != "bias" or module is None:
-            raise AdapterError(
+            raise TaskRefused(
+                task,
                 f"Task {task!r} trains {name!r}, which is not a module bias: mixed-task batches support "
                 "adapters that train biases (and heads) only."
             )
         if not (isinstance(module, additive) or hasattr(module, HOOK_ATTR)):
-            raise AdapterError(
+            raise TaskRefused(
+                task,
                 f"Task {task!r} trains the bias of {module_name!r} ({type(module).__name__}), whose bias is "
                 "not known to be added to its output; mixed-task batches support nn.Linear, nn.LayerNorm, "
                 "Conv1D and biases added by bitfit-hf."

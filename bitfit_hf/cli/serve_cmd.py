@@ -67,6 +67,9 @@ def register(verbs) -> None:
     parser.add_argument("--batching", default="mixed", choices=("mixed", "switch"),
                         help="mixed: adapters share forward passes; switch: one adapter per forward pass")
     parser.add_argument("--max-batch-size", type=int, default=32, help="inputs in one forward pass")
+    parser.add_argument("--max-batch-tokens", type=int, default=16384,
+                        help="padded tokens in one forward pass (inputs x the longest one), so long inputs take "
+                             "fewer rows; one input longer than this runs alone")
     parser.add_argument("--max-wait-ms", type=float, default=2.0, help="how long a batch waits to fill")
     parser.add_argument("--max-queue", type=int, default=256, help="requests waiting before 503 + Retry-After")
     parser.add_argument("--max-client-batch-size", type=int, default=32, help="inputs in one request (413 beyond)")
@@ -118,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port must be 0-65535 (got {args.port}).")
     config = ServeConfig(
-        max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+        max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
         max_client_batch_size=args.max_client_batch_size, max_input_length=args.max_input_length,
         payload_limit=args.payload_limit, request_timeout_s=args.request_timeout, auto_truncate=args.auto_truncate,
         batching=args.batching, device=args.device, dtype=args.dtype, threads=args.threads, doc_stride=args.doc_stride,

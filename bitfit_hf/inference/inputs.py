@@ -198,10 +198,7 @@ def encode(tokenizer, task: str, items: Sequence[Any], limit: int, truncate: boo
     out: List[Feature] = []
     for i, item in enumerate(items):
         if task == "SEQ_CLS":
-            text, pair = item
-            full = _full_length(tokenizer, text, pair)
-            enc = tokenizer(text, pair, truncation=bool(truncate), max_length=limit if truncate else None)
-            feature = Feature(_model_inputs(enc), i, {"tokens": full})
+            feature = _classification_feature(tokenizer, item, i, limit, truncate)
         elif task == "TOKEN_CLS":
             words = [(m.group(), m.start(), m.end()) for m in _WORDS.finditer(item)]
             if not words:
@@ -219,12 +216,40 @@ def encode(tokenizer, task: str, items: Sequence[Any], limit: int, truncate: boo
     return out
 
 
-def _full_length(tokenizer, text, pair=None) -> int:
-    """An input's length uncut, without transformers' 'longer than the maximum' warning (it is handled)."""
-    from bitfit_hf.utils.quiet import transformers_errors_only
+def _classification_feature(tokenizer, item, index: int, limit: int, truncate: bool) -> Feature:
+    """One tokenizer call per input: its uncut encoding is the feature, cut here when it is past ``limit``
+    (a second, cutting call only for a pair or a slow tokenizer). The meta keeps the uncut length."""
+    text, pair = item
+    full = _uncut(tokenizer, text, pair)
+    tokens = len(full["input_ids"])
+    if tokens <= limit or not truncate:
+        return Feature(_model_inputs(full), index, {"tokens": tokens})
+    cut = _cut_single(full, limit, tokenizer.truncation_side) if pair is None else None
+    if cut is None:
+        cut = _model_inputs(tokenizer(text, pair, truncation=True, max_length=limit))
+    return Feature(cut, index, {"tokens": tokens})
 
-    with transformers_errors_only():
-        return len(tokenizer(text, pair, truncation=False)["input_ids"])
+
+def _cut_single(encoding, limit: int, side: str) -> Optional[Dict[str, List[int]]]:
+    """A fast tokenizer's uncut encoding of one text cut to ``limit`` tokens as the tokenizer cuts it: the
+    special tokens kept, the text's tokens kept from the start (``side`` "right") or the end ("left").
+    ``None`` without a fast tokenizer's sequence ids."""
+    if not getattr(encoding, "encodings", None):
+        return None
+    sequence_ids = encoding.sequence_ids()
+    text = [p for p, s in enumerate(sequence_ids) if s == 0]
+    room = limit - (len(sequence_ids) - len(text))
+    if room < 0:
+        return None
+    kept = set(text[:room] if side == "right" else text[len(text) - room:])
+    keep = [p for p, s in enumerate(sequence_ids) if s is None or p in kept]
+    return {k: [v[p] for p in keep] for k, v in _model_inputs(encoding).items()}
+
+
+def _uncut(tokenizer, text, pair=None):
+    """An input's encoding uncut, without transformers' 'longer than the maximum' warning (it is handled;
+    ``verbose=False`` rather than a global log level, which concurrent tokenizing threads would race on)."""
+    return tokenizer(text, pair, truncation=False, verbose=False)
 
 
 def qa_windows(tokenizer, question: str, context: str, limit: int, doc_stride: int = DOC_STRIDE,

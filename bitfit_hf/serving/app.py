@@ -85,7 +85,7 @@ def create_app(engine: Engine, drain_timeout: Optional[float] = None) -> FastAPI
         label = "unknown"
         try:
             body = _parse_json(await _read_body(request, engine.config.payload_limit))
-            entry, parsed, encoded, options = engine.prepare(body)
+            entry, parsed, encoded, options = await engine.prepare_off_loop(body)
             label = entry.name
             outputs = await _run(engine, request, entry, encoded, began)
             result = engine.answer(entry, parsed, encoded, outputs, options)

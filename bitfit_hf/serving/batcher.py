@@ -1,11 +1,12 @@
 """The one worker thread that owns the models, and the bounded queue in front of it.
 
 Request handlers tokenize, then :meth:`Worker.submit` a :class:`Job`; the worker takes jobs in arrival
-order until the batch holds ``max_batch_size`` inputs or the first job has waited ``max_wait_ms``, then:
+order until the batch holds ``max_batch_size`` inputs or ``max_batch_tokens`` padded tokens (rows times
+the longest row: what a padded forward pass holds), or the first job has waited ``max_wait_ms``, then:
 
 * jobs for mixed adapters of one architecture go through the model together (one
-  :class:`~bitfit_hf.adapters.multitask.MultiTaskModel` forward per ``max_batch_size`` inputs, whatever
-  the number of adapters among them);
+  :class:`~bitfit_hf.adapters.multitask.MultiTaskModel` forward per chunk of inputs within both caps, longest
+  first so each chunk pads little, whatever the number of adapters among them);
 * jobs for switched adapters are grouped by adapter (the active one first, then by arrival), so the bank
   switches at most once per adapter per batch.
 
@@ -70,10 +71,12 @@ class Worker:
     """The worker thread and its queue. ``submit`` is thread-safe; everything else runs on the thread."""
 
     def __init__(self, registry: Registry, metrics: Metrics, *, max_batch_size: int, max_wait_ms: float,
-                 max_queue: int, pad_id: int, left_padding: bool = False, threads: Optional[int] = None):
+                 max_queue: int, pad_id: int, left_padding: bool = False, threads: Optional[int] = None,
+                 max_batch_tokens: Optional[int] = None):
         self.registry = registry
         self.metrics = metrics
         self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens or float("inf")
         self.max_wait = max_wait_ms / 1000.0
         self.max_queue = max_queue
         self.pad_id = pad_id
@@ -158,22 +161,39 @@ class Worker:
                 self._take(head)
                 return [head]
             batch: List[Job] = []
-            size = 0
+            size = longest = 0
             deadline = head.arrived + self.max_wait
             while True:
                 while self._queue and self._queue[0].control is None:
                     job = self._queue[0]
-                    if batch and size + len(job.inputs) > self.max_batch_size:
+                    grown = (size + len(job.inputs), max([longest, *(f.length for f in job.inputs)]))
+                    if batch and not self._fits(*grown):
                         return batch
                     self._take(job)
                     batch.append(job)
-                    size += len(job.inputs)
-                if size >= self.max_batch_size or (self._queue and self._queue[0].control is not None) or self._stop:
+                    size, longest = grown
+                full = size >= self.max_batch_size or size * longest >= self.max_batch_tokens
+                if full or (self._queue and self._queue[0].control is not None) or self._stop:
                     return batch
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return batch
                 self._cond.wait(remaining)
+
+    def _fits(self, rows: int, longest: int) -> bool:
+        """Whether ``rows`` inputs padded to ``longest`` tokens stay within both caps of a batch."""
+        return rows <= self.max_batch_size and rows * longest <= self.max_batch_tokens
+
+    def _chunks(self, rows: List[Tuple[int, int, Feature]]) -> List[List[Tuple[int, int, Feature]]]:
+        """``rows`` (longest first) cut into forward passes within both caps; a row past the token cap alone
+        is a pass of its own."""
+        chunks: List[List[Tuple[int, int, Feature]]] = []
+        for row in rows:
+            if chunks and self._fits(len(chunks[-1]) + 1, chunks[-1][0][2].length):
+                chunks[-1].append(row)
+            else:
+                chunks.append([row])
+        return chunks
 
     def _run(self) -> None:
         if self.threads:
@@ -240,8 +260,8 @@ class Worker:
         return getattr(group, "active", None) == name
 
     def _run_group(self, key, jobs: List[Job], mixed: bool) -> None:
-        """Every input of ``jobs`` through ``key``'s group in chunks of ``max_batch_size`` (longest first, so
-        a chunk pads little); each job gets its outputs in its own order."""
+        """Every input of ``jobs`` through ``key``'s group in chunks within ``max_batch_size`` and
+        ``max_batch_tokens`` (longest first, so a chunk pads little); each job gets its outputs in its own order."""
         group = self.registry.groups[key]
         model = group.model
         device = next(model.parameters()).device
@@ -250,8 +270,7 @@ class Worker:
         results: List[List[Any]] = [[None] * len(job.inputs) for job in jobs]
         failed: Dict[int, BaseException] = {}
         mode = "mixed" if mixed else "switch"
-        for start in range(0, len(rows), self.max_batch_size):
-            chunk = rows[start:start + self.max_batch_size]
+        for chunk in self._chunks(rows):
             tasks = [jobs[j].adapter for j, _, _ in chunk]
             try:
                 batch = collate([enc for _, _, enc in chunk], self.pad_id, self.left_padding, device)

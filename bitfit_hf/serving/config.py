@@ -43,6 +43,7 @@ class ServeConfig:
     """Limits and batching of a server. The defaults follow text-embeddings-inference where it has one."""
 
     max_batch_size: int = 32          # examples in one forward pass
+    max_batch_tokens: int = 16384     # padded tokens (rows x longest row) in one forward pass
     max_wait_ms: float = 2.0          # how long the first request of a batch waits for others
     max_queue: int = 256              # requests waiting (503 with Retry-After beyond)
     max_client_batch_size: int = 32   # inputs in one request (413 beyond)
@@ -58,7 +59,7 @@ class ServeConfig:
     doc_stride: int = DOC_STRIDE      # tokens two neighbouring windows of a long QA context share
 
     def __post_init__(self):
-        positive = {"max_batch_size": self.max_batch_size, "max_queue": self.max_queue,
+        positive = {"max_batch_size": self.max_batch_size, "max_batch_tokens": self.max_batch_tokens, "max_queue": self.max_queue,
                     "max_client_batch_size": self.max_client_batch_size, "payload_limit": self.payload_limit,
                     "request_timeout_s": self.request_timeout_s}
         for key, value in positive.items():

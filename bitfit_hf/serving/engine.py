@@ -9,10 +9,13 @@ started from the same adapter list answer alike.
 from __future__ import annotations
 
 import asyncio
+import copy
 import hmac
 import logging
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
@@ -60,6 +63,42 @@ def load_tokenizer(folders: List[str], base: Optional[str]):
     raise ServeError(f"no tokenizer beside the adapters or at the base {base!r}; pass --tokenizer DIR.")
 
 
+class Tokenizers:
+    """Tokenizing off the event loop: a few worker threads, each with its own copy of the tokenizer per
+    truncation side. A fast tokenizer keeps truncation settings in its Rust state, set by each call, so
+    threads sharing one race; and a request's side is a copy's setting, so the shared tokenizer never changes."""
+
+    def __init__(self, tokenizer, workers: int):
+        self.tokenizer = tokenizer
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bitfit-tokenize")
+        self._local = threading.local()
+
+    def for_side(self, side: str):
+        """This thread's copy of the tokenizer cutting on ``side`` ("right" or "left")."""
+        copies = self._local.__dict__.setdefault("copies", {})
+        if side not in copies:
+            copies[side] = copy.deepcopy(self.tokenizer)
+            copies[side].truncation_side = side
+        return copies[side]
+
+    async def run(self, fn, *args):
+        try:
+            future = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        except RuntimeError:  # the pool was shut down
+            raise InputError(503, "the server is shutting down.", "unavailable") from None
+        return await future
+
+    def close(self) -> None:
+        """Takes no new work; what was handed in still runs (its requests then meet the draining queue)."""
+        self._pool.shutdown(wait=False)
+
+
+def tokenizing_workers() -> int:
+    """Two threads at least (one slow request does not hold the rest), four at most (the model's forward
+    pass needs the cores more)."""
+    return max(2, min(4, os.cpu_count() or 1))
+
+
 class Engine:
     """The served adapters, the worker that runs them, the limits and the metrics."""
 
@@ -71,8 +110,10 @@ class Engine:
         self.admin_token = SecretStr(admin_token) if admin_token else None
         self.started = time.time()
         self.max_input_length = length_limit(config.max_input_length, tokenizer, _model_config(registry)).tokens
+        self.tokenizers = Tokenizers(tokenizer, tokenizing_workers())
         self.worker = Worker(registry, self.metrics, max_batch_size=config.max_batch_size,
-                             max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, pad_id=pad_id_of(tokenizer),
+                             max_batch_tokens=config.max_batch_tokens, max_wait_ms=config.max_wait_ms,
+                             max_queue=config.max_queue, pad_id=pad_id_of(tokenizer),
                              left_padding=getattr(tokenizer, "padding_side", "right") == "left", threads=config.threads)
         self._count_adapters()
 
@@ -137,7 +178,8 @@ class Engine:
             **self.registry.backbone.describe(),
             "version": __version__, "router": "bitfit-hf serve",
             "adapters": len(self.registry.entries),
-            "max_batch_size": c.max_batch_size, "max_wait_ms": c.max_wait_ms, "max_queue": c.max_queue,
+            "max_batch_size": c.max_batch_size, "max_batch_tokens": c.max_batch_tokens, "max_wait_ms": c.max_wait_ms,
+            "max_queue": c.max_queue,
             "max_concurrent_requests": c.max_queue, "max_client_batch_size": c.max_client_batch_size,
             "max_input_length": self.max_input_length, "doc_stride": c.doc_stride, "payload_limit": c.payload_limit,
             "request_timeout_s": c.request_timeout_s, "auto_truncate": c.auto_truncate, "batching": c.batching,
@@ -167,6 +209,10 @@ class Engine:
             raise InputError(404, f"no adapter {name!r}; served: {', '.join(sorted(entries)) or 'none'}.", "not_found",
                              adapters=sorted(entries))
         return entries[name]
+
+    async def prepare_off_loop(self, body: Any) -> Tuple[Entry, Any, list, Dict[str, Any]]:
+        """:meth:`prepare` on a tokenizing thread, so a long input does not stall every other request."""
+        return await self.tokenizers.run(self.prepare, body)
 
     def prepare(self, body: Any) -> Tuple[Entry, Any, list, Dict[str, Any]]:
         """Validate a ``/predict`` body and tokenize it: ``(entry, parsed, encoded, options)``."""
@@ -208,13 +254,8 @@ class Engine:
                                       f"{self.config.max_client_batch_size} (max_client_batch_size). Split the batch.",
                                  "payload_too_large")
             check_items(entry.config, parsed.items)
-            side = self.tokenizer.truncation_side
-            self.tokenizer.truncation_side = direction.lower()
-            try:
-                encoded = encode(self.tokenizer, entry.task, parsed.items, self.max_input_length, truncate,
-                                 self.config.doc_stride)
-            finally:
-                self.tokenizer.truncation_side = side
+            encoded = encode(self.tokenizers.for_side(direction.lower()), entry.task, parsed.items,
+                             self.max_input_length, truncate, self.config.doc_stride)
         except InputRefused as err:
             raise refused(err) from None
         options = {"raw_scores": raw_scores, "top_k": body.get("top_k"), "max_answer_len": body.get("max_answer_len"),
@@ -292,6 +333,7 @@ class Engine:
         return await future
 
     def close(self, timeout: Optional[float] = None) -> bool:
+        self.tokenizers.close()
         return self.worker.stop(timeout)
 
 

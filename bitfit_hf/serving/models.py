@@ -29,7 +29,7 @@ from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.auto import AutoBitFitModel
 from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterConfig, AdapterError
-from bitfit_hf.adapters.multitask import MultiTaskModel
+from bitfit_hf.adapters.multitask import MultiTaskModel, TaskRefused
 from bitfit_hf.data.assets import packaged_copy_or
 from bitfit_hf.serving.config import ServeError
 from bitfit_hf.tuners import method_spec, tensor_role_of
@@ -236,7 +236,7 @@ class MixedGroup:
     def rebuild(self, candidates: List[str]) -> List[Tuple[str, Exception]]:
         """A new routing over every adapter in the bank (copy-on-write: the old one serves until this one is
         built). Adapters among ``candidates`` that cannot be routed per example are taken out again and
-        returned with the reason."""
+        returned with the reason: the one a :class:`TaskRefused` names, else every candidate."""
         failed: List[Tuple[str, Exception]] = []
         candidates = list(candidates)
         while self.bank.names:
@@ -244,12 +244,13 @@ class MixedGroup:
                 self.mt = MultiTaskModel(self.bank, tasks=self.bank.names)
                 return failed
             except AdapterError as err:
-                culprit = next((n for n in candidates if f"{n!r}" in str(err)), candidates[-1] if candidates else None)
-                if culprit is None:
+                culprits = _culprits(err, candidates)
+                if not culprits:
                     raise
-                self.bank.remove(culprit)
-                candidates.remove(culprit)
-                failed.append((culprit, err))
+                for culprit in culprits:
+                    self.bank.remove(culprit)
+                    candidates.remove(culprit)
+                    failed.append((culprit, err))
         self.mt = None
         return failed
 
@@ -259,6 +260,13 @@ class MixedGroup:
 
     def forward(self, batch: Dict[str, torch.Tensor], tasks: List[str]):
         return self.mt(task_ids=tasks, **batch)
+
+
+def _culprits(err: AdapterError, candidates: List[str]) -> List[str]:
+    """The candidates to take out after ``err``: the one it names, else all of them (a refusal of an adapter
+    served before, or of none, comes from what the new ones brought)."""
+    named = err.task if isinstance(err, TaskRefused) else None
+    return [named] if named in candidates else list(candidates)
 
 
 class SwitchGroup:
