@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import Any, List, NamedTuple, Optional, Tuple
 
 from bitfit_hf.recipe_kit.errors import RecipeError
+from bitfit_hf.training.launcher import env_true, launched_world_size
 from bitfit_hf.training.static_shapes import BucketPadding, length_buckets, parse_buckets
 
 logger = logging.getLogger("bitfit_hf")
@@ -61,10 +61,6 @@ def planned_steps(training_args, num_train_examples: Optional[int]) -> Optional[
     return math.ceil(training_args.num_train_epochs * math.ceil(num_train_examples / per_step))
 
 
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
-
-
 def graph_hazards(training_args) -> List[str]:
     """Why CUDA graphs are unsafe in this run (empty: they are safe): gradient accumulation, DDP, FSDP, DeepSpeed.
     ``accelerate launch`` configurations count as well as the flags."""
@@ -72,11 +68,11 @@ def graph_hazards(training_args) -> List[str]:
     if getattr(training_args, "gradient_accumulation_steps", 1) > 1:
         hazards.append(f"gradient accumulation ({training_args.gradient_accumulation_steps} micro-batches: the "
                        "first one's gradients are graph outputs the next replay overwrites)")
-    if getattr(training_args, "deepspeed", None) or _env_true("ACCELERATE_USE_DEEPSPEED"):
+    if getattr(training_args, "deepspeed", None) or env_true("ACCELERATE_USE_DEEPSPEED"):
         hazards.append("DeepSpeed (its own engine)")
-    if getattr(training_args, "fsdp", None) or _env_true("ACCELERATE_USE_FSDP"):
+    if getattr(training_args, "fsdp", None) or env_true("ACCELERATE_USE_FSDP"):
         hazards.append("FSDP (its own wrapping)")
-    elif getattr(training_args, "world_size", 1) > 1 or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+    elif getattr(training_args, "world_size", 1) > 1 or launched_world_size() > 1:
         hazards.append("DDP (several processes)")
     return hazards
 

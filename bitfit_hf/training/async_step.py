@@ -54,11 +54,13 @@ class HostReads(TorchFunctionMode):
         return len(self.names)
 
 
-def finite_or_running_mean(loss: torch.Tensor, logged_sum: Optional[torch.Tensor], steps_since_log: int) -> torch.Tensor:
+def finite_or_running_mean(loss: torch.Tensor, logged_sum: Optional[torch.Tensor], steps_since_log: int,
+                           finite: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``loss`` where finite, else the mean of the losses accumulated since the last log (``logged_sum`` over
-    ``steps_since_log + 1`` steps, as ``Trainer``'s ``logging_nan_inf_filter`` substitutes), decided on the device."""
+    ``steps_since_log + 1`` steps, as ``Trainer``'s ``logging_nan_inf_filter`` substitutes), decided on the device.
+    ``finite``: ``torch.isfinite(loss)`` when the caller has it already."""
     fallback = logged_sum / (1 + steps_since_log) if logged_sum is not None else torch.zeros_like(loss)
-    return torch.where(torch.isfinite(loss), loss, fallback.to(loss.dtype))
+    return torch.where(torch.isfinite(loss) if finite is None else finite, loss, fallback.to(loss.dtype))
 
 
 def use_non_blocking_copies(args) -> bool:
@@ -99,20 +101,20 @@ def trained_parameters(model: nn.Module) -> List[nn.Parameter]:
 
 
 class NonFiniteWindow:
-    """The non-finite training losses since the last log, counted on the device (no host read per step). Read once
-    per log, where the Trainer reads the loss anyway."""
+    """The finite training losses since the last log, counted on the device (one addition per step, no host read).
+    Read once per log, where the Trainer reads the loss anyway."""
 
     def __init__(self):
-        self._bad: Optional[torch.Tensor] = None
+        self._finite: Optional[torch.Tensor] = None
         self.losses = 0
 
-    def add(self, loss: torch.Tensor) -> None:
-        bad = (~torch.isfinite(loss.detach())).sum().to(torch.int32)
-        self._bad = bad if self._bad is None else self._bad + bad
+    def add(self, finite: torch.Tensor) -> None:
+        """Count one loss; ``finite`` is ``torch.isfinite(loss)`` (a scalar)."""
+        self._finite = finite.to(torch.int32) if self._finite is None else self._finite + finite
         self.losses += 1
 
     def all_nonfinite(self) -> bool:
         """True when the window had losses and none was finite; starts the next window."""
-        every = self.losses > 0 and self._bad is not None and int(self._bad) >= self.losses
-        self._bad, self.losses = None, 0
+        every = self.losses > 0 and int(self._finite) == 0
+        self._finite, self.losses = None, 0
         return every

@@ -152,6 +152,7 @@ class BitFitTrainerBase(Trainer):
         self._clipped_parameters: Optional[List[nn.Parameter]] = None
         self._nonfinite_on_device = bool(self.args.logging_nan_inf_filter) and keeps_running_loss(Trainer)
         self._nonfinite_window = NonFiniteWindow()
+        self._problem_type_pending = bool(self.args.torch_compile)  # settle_problem_type: once, at the first batch
         self.drop_last_train_batch = bool(drop_last_train_batch if drop_last_train_batch is not None
                                           else getattr(self.args, "drop_last_train_batch", False))
         protect_secret_fields(self.args)  # training_args.bin (full-model saves) is a pickle of the args
@@ -352,12 +353,14 @@ class BitFitTrainerBase(Trainer):
         """``Trainer.training_step``; a non-finite loss is replaced for logging on the device (the value
         ``logging_nan_inf_filter`` would log), so the loop reads nothing back from the device."""
         loss = super().training_step(model, inputs, num_items_in_batch)
-        if self._nonfinite_on_device or self.args.logging_nan_inf_filter:  # filtered: count them for log()
-            self._nonfinite_window.add(loss)
+        if not (self._nonfinite_on_device or self.args.logging_nan_inf_filter):
+            return loss
+        finite = torch.isfinite(loss)
+        self._nonfinite_window.add(finite)  # the filter hides non-finite losses: counted for log()
         if not self._nonfinite_on_device:
             return loss
         since_log = self.state.global_step - getattr(self, "_globalstep_last_logged", self.state.global_step)
-        return finite_or_running_mean(loss, getattr(self, "_tr_loss", None), since_log)
+        return finite_or_running_mean(loss, getattr(self, "_tr_loss", None), since_log, finite)
 
     def log(self, logs: Dict[str, float], start_time: Optional[float] = None) -> None:
         """``Trainer.log``; a training log whose window had only non-finite losses reports the loss as NaN (the
@@ -404,7 +407,8 @@ class BitFitTrainerBase(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """``Trainer``'s loss plus the method's penalty in training (Method.penalty: AdapterBias's L0 term),
         counted once per optimizer step whatever the gradient accumulation."""
-        if self.args.torch_compile and model.training:  # fixed before the first compiled forward, not after it
+        if self._problem_type_pending and model.training:  # fixed before the first compiled forward, not after it
+            self._problem_type_pending = False
             settle_problem_type(unwrap(model), inputs.get("labels"))
         result = super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
         penalty = training_penalty(unwrap(model), self.tuner_state) if model.training else None

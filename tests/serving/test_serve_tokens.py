@@ -152,12 +152,18 @@ def test_truncation_sides_of_concurrent_requests_never_touch_the_shared_tokenize
                 assert {g["label"]: g["score"] for g in got} == pytest.approx(want, abs=1e-5)
 
 
-def test_eviction_names_the_adapter_its_refusal_names(adapters, monkeypatch):  # noqa: F811
+def _group_of_three(adapters):
+    """A mixed group holding c0, c1 and c2."""
     from bitfit_hf import BitFitAdapter
 
     group = models.MixedGroup(models.Backbone(device="cpu", dtype="float32").build(BitFitAdapter.from_pretrained(adapters["c0"])))
     for name in ("c0", "c1", "c2"):
         group.add(name, BitFitAdapter.from_pretrained(adapters[name]))
+    return group
+
+
+def test_eviction_names_the_adapter_its_refusal_names(adapters, monkeypatch):  # noqa: F811
+    group = _group_of_three(adapters)
     real = models.MultiTaskModel
 
     def refusing(bank, tasks):
@@ -172,12 +178,9 @@ def test_eviction_names_the_adapter_its_refusal_names(adapters, monkeypatch):  #
 
 
 def test_a_refusal_naming_no_candidate_takes_every_candidate_out(adapters, monkeypatch):  # noqa: F811
-    from bitfit_hf import BitFitAdapter
     from bitfit_hf.adapters.config import AdapterError
 
-    group = models.MixedGroup(models.Backbone(device="cpu", dtype="float32").build(BitFitAdapter.from_pretrained(adapters["c0"])))
-    for name in ("c0", "c1", "c2"):
-        group.add(name, BitFitAdapter.from_pretrained(adapters[name]))
+    group = _group_of_three(adapters)
     real = models.MultiTaskModel
 
     def refusing(bank, tasks):
