@@ -442,6 +442,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "(0.01: one point; a negative value leaves the column out)")
     parser.add_argument("--evals-per-epoch", type=int, default=4)
     parser.add_argument("--max-epochs", type=float, default=EPOCHS, help="the budget (the recipe's default: 3)")
+    parser.add_argument("--train-samples", type=int, default=TRAIN_SAMPLES, help="training sentences (a smaller "
+                        "budget for a larger base, e.g. 1000 with --recipe-args '--model_name_or_path mpnet')")
+    parser.add_argument("--dev-size", type=int, default=DEV_SIZE, help="training sentences carved off as the dev split")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: all cores)")
     parser.add_argument("--adapter-venv", default=os.path.join(ROOT, "outputs", "adapterhub-venv"),
                         help="virtual environment with AdapterHub's adapters (the adapter row)")
@@ -460,7 +463,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     upper, lower = (float(x) for x in args.targets.split(","))
     fractions = {"upper": upper, "lower": lower}
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    budget = {"train_samples": TRAIN_SAMPLES, "batch_size": BATCH_SIZE, "epochs": args.max_epochs, "dev_size": DEV_SIZE}
+    budget = {"train_samples": args.train_samples, "batch_size": BATCH_SIZE, "epochs": args.max_epochs,
+              "dev_size": args.dev_size}
     if args.quick:
         budget.update(train_samples=48, batch_size=16, dev_size=32, max_steps=6)
         seeds = seeds[:1]
