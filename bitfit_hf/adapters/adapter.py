@@ -335,6 +335,19 @@ def prepare_base_for(model: nn.Module, config: AdapterConfig) -> None:
     """Insert into a stock ``model`` the modules that hold the tensors of an adapter of ``config``'s
     method (nothing for BitFit), so the tensors have somewhere to load; and classify through the
     sentence pooling the adapter was trained with (the base's untrained pooler removed)."""
+    prepare_pooling_for(model, config)
+    spec = _method_spec_of(config)
+    if spec.supports("prepare_base"):
+        try:
+            with inserted_modules_follow(model):  # the inserted modules take the model's mode
+                spec.prepare_base(model, config.tuner_config())
+        except ValueError as err:
+            raise AdapterError(f"Cannot prepare this {type(model).__name__} for the {config.method} adapter: {err}") from None
+
+
+def prepare_pooling_for(model: nn.Module, config: AdapterConfig) -> None:
+    """Classify through the sentence pooling an adapter of ``config`` was trained with (the base's untrained pooler
+    removed); a model already pooling another way is refused."""
     pooled = sentence_pooling_of(model)
     if config.sentence_pooling:
         try:
@@ -346,13 +359,6 @@ def prepare_base_for(model: nn.Module, config: AdapterConfig) -> None:
             f"This adapter classifies through the model's own pooler, but this model classifies from {pooled} "
             "pooling (its pooler removed, for an adapter trained that way): load it onto a fresh base."
         )
-    spec = _method_spec_of(config)
-    if spec.supports("prepare_base"):
-        try:
-            with inserted_modules_follow(model):  # the inserted modules take the model's mode
-                spec.prepare_base(model, config.tuner_config())
-        except ValueError as err:
-            raise AdapterError(f"Cannot prepare this {type(model).__name__} for the {config.method} adapter: {err}") from None
 
 
 def _warn_stale_config(directory: str, config_path: str, error: Optional[Exception]) -> None:

@@ -5,11 +5,11 @@ run the adapters.
   sequence classification, say) is built from the same checkpoint and its parameters are then pointed at
   the first model's storage wherever name, shape and values agree, so the frozen weights live in memory
   once whatever the number of head types.
-* :class:`MixedGroup`: adapters that change only module biases and the head, of one architecture, in one
+* :class:`MixedGroup`: the adapters of one architecture, of every method, in one
   :class:`~bitfit_hf.adapters.bank.AdapterBank` read by a :class:`~bitfit_hf.adapters.multitask.MultiTaskModel`
   rebuilt (copy-on-write) whenever the set changes; a forward pass mixes them.
-* :class:`SwitchGroup`: adapters that insert modules (AdapterBias, BitFit + LoRA) or train other tensors,
-  in a bank of their own on a model of their own (its weights shared too), served by ``activate``.
+* :class:`SwitchGroup`: adapters served by switching (``--batching switch``, or an adapter whose tensors have no
+  per-example route), in a bank of their own on a model of their own (its weights shared too).
 * :class:`Registry` decides where an adapter goes and refuses, with one line, what cannot share the base.
 
 Everything here is called from the server's one worker thread (or before it starts): nothing is locked.
@@ -32,7 +32,7 @@ from bitfit_hf.adapters.config import AdapterConfig, AdapterError
 from bitfit_hf.adapters.multitask import MultiTaskModel, TaskRefused
 from bitfit_hf.data.assets import packaged_copy_or
 from bitfit_hf.serving.config import ServeError
-from bitfit_hf.tuners import method_spec, tensor_role_of
+from bitfit_hf.tuners import method_spec
 from bitfit_hf.utils.base_loading import loading_kwargs
 from bitfit_hf.utils.errors import UserError
 from bitfit_hf.utils.fingerprint import SKETCH_TOLERANCE, sketch_difference
@@ -166,25 +166,11 @@ def another_base(cfg: AdapterConfig, reference: Optional[AdapterConfig]) -> Opti
 
 
 def mixable(cfg: AdapterConfig) -> Optional[str]:
-    """``None`` when a mixed-task batch can route this adapter per example: its method does not say it cannot
-    (``Method.not_batchable``), and it trains module biases and the head, plus tensors of its own that its method
-    routes per example (``Method.batch_router``: (IA)³ vectors); otherwise why not (it is then served by
-    switching)."""
+    """``None`` when a mixed-task batch can route this adapter per example (every method's tensors have a route:
+    :mod:`bitfit_hf.adapters.routing`), unless its method says it cannot (``Method.not_batchable``); otherwise why
+    not (it is then served by switching). A tensor no route covers is found when the group is rebuilt."""
     spec = method_spec(cfg.method)
-    if spec.not_batchable:
-        return f"{cfg.method}: {spec.not_batchable}"
-    routed = spec.supports("batch_router")
-    if not routed and (spec.not_mergeable or spec.inserts_modules):
-        return f"{cfg.method} inserts modules"
-    heads = tuple(cfg.head_modules)
-    for name in cfg.trained_parameters:
-        if any(name == h or name.startswith(h + ".") for h in heads):
-            continue
-        if routed and tensor_role_of(cfg.method, name) is not None:
-            continue
-        if not name.endswith(".bias"):
-            return f"it trains {name!r}, which is not a bias"
-    return None
+    return f"{cfg.method}: {spec.not_batchable}" if spec.not_batchable else None
 
 
 @dataclass

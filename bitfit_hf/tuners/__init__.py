@@ -40,4 +40,5 @@ import bitfit_hf.tuners.random_subset  # noqa: E402,F401
 import bitfit_hf.tuners.adapterbias  # noqa: E402,F401
 import bitfit_hf.tuners.bitfit_lora  # noqa: E402,F401
 import bitfit_hf.tuners.bitfit_ia3  # noqa: E402,F401
+import bitfit_hf.tuners.ln_tuning  # noqa: E402,F401
 # isort: on

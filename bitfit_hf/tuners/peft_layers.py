@@ -1,6 +1,6 @@
 """What the methods that use peft tuner layers share (shared, not a method): peft wraps a module as
 ``<module>.base_layer`` plus the method's own tensors (``lora_A`` / ``lora_B``, ``ia3_l``), and these helpers map
-between the wrapped and the stock architecture's names, list the wrapped layers, and switch one on or off.
+between the wrapped and the stock architecture's names and list the wrapped layers.
 
 Nothing here names a method: any ``peft.tuners.tuners_utils.BaseTunerLayer`` is a wrapped layer.
 """
@@ -55,14 +55,6 @@ def is_wrapped_base_tensor(name: str) -> bool:
     """A stored name of a base-layer tensor inside a peft wrapper (``q.base_layer.bias``): missing from a stock
     model until the method wraps the module."""
     return f".{BASE_LAYER}." in name
-
-
-def set_layer_enabled(layer: nn.Module, enabled: bool) -> None:
-    """peft's switch for one tuner layer, keeping each parameter's ``requires_grad`` as it was."""
-    flags = [(p, p.requires_grad) for p in layer.parameters()]
-    layer.enable_adapters(enabled)
-    for param, flag in flags:
-        param.requires_grad_(flag)
 
 
 def merged_state_dict(model: nn.Module, layers: Dict[str, nn.Module],

@@ -39,10 +39,9 @@ class Method:
         flags: ``(config field, recipe flag)`` where the method spells a field's flag its own way.
         inserts_modules: its tensors live in modules a stock model lacks until :meth:`prepare_base` (LoRA branches):
             an adapter's names missing from a stock model are expected there, not damage.
-        layer_kind: the kind of peft layer its tensors live in ("lora", "ia3"); methods of one kind share the
-            bank's switch and the mixed-batch router.
         not_mergeable: why the trained model cannot become a plain checkpoint; "" when it can.
-        not_batchable: why a mixed-task batch cannot route its tasks per example; "" when it can.
+        not_batchable: why a mixed-task batch cannot route its tasks per example; "" when every tensor it stores has a
+            route (:meth:`route`, or a stock module bias or norm gain).
         peft_refusal: why it has no PEFT export, where it has none.
         beft_export: a plain bias selection: bitfit-hf writes it as a PEFT BEFT adapter.
     """
@@ -56,7 +55,6 @@ class Method:
     recipe: Tuple[RecipeMethod, ...] = ()
     flags: Tuple[Tuple[str, str], ...] = ()
     inserts_modules: bool = False
-    layer_kind: str = ""
     not_mergeable: str = ""
     not_batchable: str = ""
     peft_refusal: str = ""
@@ -95,26 +93,11 @@ class Method:
         return None
 
     # ---- serving many tasks ---------------------------------------------------------------------------------
-    def batch_router(self, model: nn.Module, rows: List[Dict[str, Any]]):
-        """A router for the method's own tensors in a mixed-task batch: ``rows`` per task (then the stock model)
-        ``{tensor name: tensor}``; the router has ``modules`` (the wrapped modules it answers for) and
-        ``route(task_ids)`` (a context manager around the forward). Unsupported: biases and heads only."""
-        raise NotSupported(self.not_batchable or f"{self.name} routes no tensors of its own")
-
-    def bank_modules(self, tensor_names: List[str]) -> List[str]:
-        """The modules an adapter's tensors need wrapped in the method's layers in an AdapterBank; none by default."""
-        return []
-
-    def bank_attach(self, model: nn.Module, modules: List[str], method_config: Dict[str, Any]) -> Any:
-        """Wrap ``modules`` of a shared model in the method's layers, turned off; returns the task's settings."""
-        raise NotSupported(f"{self.name} has no layers to attach to a shared model")
-
-    def bank_switch(self, model: nn.Module, settings: Any) -> None:
-        """Turn the method's layers on for a task's settings, off elsewhere (``settings`` None: all off)."""
-
-    def bank_layers(self, model: nn.Module) -> List[str]:
-        """The modules the method's layers wrap in ``model`` now."""
-        return []
+    def route(self, model: nn.Module, name: str, method_config: Dict[str, Any]):
+        """Where a stored tensor of the method's own acts in a mixed batch: a
+        :class:`~bitfit_hf.adapters.routing.Route` (module, kind of change, slot), or None for a stock tensor
+        (module biases and norm gains route without the method) or one the method cannot route."""
+        return None
 
     # ---- export ---------------------------------------------------------------------------------------------
     def peft_model(self, model: nn.Module, config: Any, modules_to_save: List[str], task_type: Optional[str]):
@@ -261,8 +244,7 @@ def selection_words(config: Any) -> str:
     return " ".join(bias_terms_of(config) or ["all"]) + (f"; patterns {patterns}" if patterns else "")
 
 
-_SPEC_HOOKS = ("prepare_base", "merge", "batch_router", "tensor_role", "bank_modules", "bank_attach", "bank_switch",
-               "bank_layers", "label", "describe", "card_variant", "penalty", "release")
+_SPEC_HOOKS = ("prepare_base", "merge", "route", "tensor_role", "label", "describe", "card_variant", "penalty", "release")
 
 
 def MethodSpec(name: str, config_class: type, apply, description: str = "", **fields) -> Method:  # noqa: N802

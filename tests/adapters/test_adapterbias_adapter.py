@@ -154,13 +154,19 @@ def test_adapter_bank_switches_between_adapterbias_and_bitfit(trained, minilm_di
     assert torch.equal(logits(backbone, tok), plain)
 
 
-def test_export_merged_and_mixed_task_batches_refuse_with_the_reason(trained, minilm_dir, tmp_path):
+def test_export_merged_refuses_with_the_reason_and_mixed_batches_give_the_adapter_alone(trained, minilm_dir, tmp_path):
     model = AutoBitFitModel.from_pretrained(trained["out"], base_model=minilm_dir)
     with pytest.raises(AdapterError, match="token-dependent shift"):
         export_merged(model, str(tmp_path / "merged"))
     assert not (tmp_path / "merged").exists()
-    with pytest.raises(AdapterError, match=r"Task 'ab' uses adapterbias: .*token-dependent.*AdapterBank\.activate"):
-        MultiTaskModel(stock(minilm_dir), {"ab": trained["out"]})
+    inputs = batch(n=4)
+    mt = MultiTaskModel(stock(minilm_dir), {"ab": trained["out"]})
+    with torch.no_grad():
+        mixed = mt(**inputs, task_ids=["ab", "__base__", "ab", "__base__"]).logits
+        alone = model(**inputs).logits
+        base = stock(minilm_dir)(**inputs).logits
+    assert (mixed[0::2] - alone[0::2]).abs().max().item() <= 1e-5
+    assert (mixed[1::2, : base.shape[-1]] - base[1::2]).abs().max().item() <= 1e-5
 
 
 def test_model_card_and_info_name_the_method_and_its_parameter_count(trained):

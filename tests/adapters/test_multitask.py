@@ -135,10 +135,10 @@ def test_errors():
         mt(ids, mask)
     with pytest.raises(ValueError, match="at least one"):
         MultiTaskModel(copy.deepcopy(base), {})
-    # an adapter that trains a weight through a pattern is not additive: refused with a clear error
+    # an adapter that trains a weight matrix through a pattern has no per-example route: refused, naming it
     model = copy.deepcopy(base)
-    apply_bitfit(model, BitFitConfig(bias_terms="all", patterns=[r".*attention\.output\.LayerNorm\.weight"]))
-    with pytest.raises(AdapterError, match="not a module bias"):
+    apply_bitfit(model, BitFitConfig(bias_terms="all", patterns=[r".*attention\.self\.query\.weight"]))
+    with pytest.raises(AdapterError, match=r"query\.weight', which no per-example route covers"):
         MultiTaskModel(copy.deepcopy(base), {"w": BitFitAdapter.from_model(model)})
 
 

@@ -54,7 +54,7 @@ def test_hot_add_and_remove_while_serving(adapters, start_server, caplog):  # no
         assert status == 200
         assert {g["label"]: g["score"] for g in body} == pytest.approx(scores(alone(adapters["c2"]), "a good film"), abs=1e-5)
         status, _, added = call(server.url, "POST", "/admin/adapters", {"name": "ab", "source": adapters["ab"]}, headers=AUTH)
-        assert status == 201 and added["batching"] == "switch"  # AdapterBias inserts modules
+        assert status == 201 and added["batching"] == "mixed"  # AdapterBias shares the batches too
         assert predict(server.url, {"inputs": "a good film", "adapter": "ab"})[0] == 200
         status, _, tagger = call(server.url, "POST", "/admin/adapters", {"name": "pos", "source": adapters["tag"]}, headers=AUTH)
         assert status == 201 and tagger["task"] == "tagging"  # a new head type: built on the shared base

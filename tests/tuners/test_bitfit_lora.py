@@ -12,7 +12,6 @@ from conftest import batch, tiny_model
 from datasets import Dataset
 
 from bitfit_hf import AutoBitFitModel, BitFitAdapter, BitFitConfig, BitFitTrainer
-from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.tuners import apply_method
 from bitfit_hf.tuners.bitfit_lora import LORA, BitFitLoraConfig, BitFitLoraState
 
@@ -174,15 +173,6 @@ def test_adapter_bank_switches_lora_tasks_bias_tasks_and_the_base_exactly():
     tasks = {"bias": bias_only, "qv": lora_qv, "k": lora_k}  # added to the bank in this order
     perturbed_adapters.assert_bank_switches_exactly(tiny_model("bert", num_labels=2), tasks,
                                                     ["qv", "bias", "k", "qv", None, "k", "bias"], batch())
-
-
-def test_multitask_refuses_lora_tasks_clearly():
-    from bitfit_hf.adapters.multitask import MultiTaskModel
-
-    lora_qv, _ = _perturbed_adapter(BitFitLoraConfig(lora_r=4, lora_dropout=0.0), 1)
-    with pytest.raises(AdapterError, match="LoRA"):
-        MultiTaskModel(tiny_model("bert", num_labels=2), {"qv": lora_qv})
-
 
 
 def test_resume_from_a_checkpoint_continues_exactly(tmp_path):

@@ -66,7 +66,7 @@ def test_method_spec_builds_a_method_and_warns():
         spec = MethodSpec("old_style", BitFitConfig, apply_bitfit, "biases", peft_export="beft",
                           tensor_role=lambda name: "mine" if name.endswith(".x") else None, not_mergeable="why not")
     assert isinstance(spec, Method) and spec.beft_export and spec.not_mergeable == "why not"
-    assert spec.supports("tensor_role") and spec.tensor_role("a.x") == "mine" and not spec.supports("batch_router")
+    assert spec.supports("tensor_role") and spec.tensor_role("a.x") == "mine" and not spec.supports("route")
     model = tiny_model("bert", num_labels=2)
     assert spec.apply(model, BitFitConfig()).selection.parameter_names
     assert tensor_role_of("old_style", "a.x") is None  # not registered: the registry does not know it

@@ -6,6 +6,7 @@ from typing import Any
 
 from bitfit_hf.tuners.adapterbias.config import AdapterBiasConfig
 from bitfit_hf.tuners.adapterbias.model import (
+    adapterbias_route,
     adapterbias_tensor_role,
     apply_adapterbias,
     insert_shifts,
@@ -15,7 +16,7 @@ from bitfit_hf.tuners.adapterbias.model import (
 from bitfit_hf.tuners.adapterbias.recipe import RECIPE
 from bitfit_hf.tuners.registry import Method, method_fields, method_settings
 
-#: Why the shift is no weight or bias of the stock model: it cannot be merged, nor routed as a per-task bias delta.
+#: Why the shift is no weight or bias of the stock model: it cannot be merged.
 TOKEN_DEPENDENT = ("AdapterBias adds a token-dependent shift L_alpha(h)*v to each FFN output (its size depends on each "
                    "token's hidden state), which no bias or weight of the stock architecture can hold")
 
@@ -42,7 +43,6 @@ class AdapterBias(Method):
     recipe = RECIPE
     inserts_modules = True
     not_mergeable = TOKEN_DEPENDENT
-    not_batchable = TOKEN_DEPENDENT + ", so it is not a per-task bias delta"
 
     def apply(self, model, config):
         return apply_adapterbias(model, config)
@@ -52,6 +52,9 @@ class AdapterBias(Method):
 
     def tensor_role(self, name: str):
         return adapterbias_tensor_role(name)
+
+    def route(self, model, name, method_config):
+        return adapterbias_route(name)
 
     def penalty(self, model, state):
         return l0_penalty(model, state)

@@ -28,6 +28,7 @@ from bitfit_hf.tuners.adapterbias.layer import (
     projection_sizes,
 )
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, match_role
+from bitfit_hf.tuners.routes import ANY_SHIFT, Route
 from bitfit_hf.tuners.state import (
     HEAD,
     Selection,
@@ -257,4 +258,19 @@ def adapterbias_tensor_role(name: str) -> Optional[str]:
         return VECTOR if parts[-1] == "vector" else ALPHA
     if SHARED_ALPHA in parts:
         return ALPHA
+    return None
+
+
+def adapterbias_route(name: str) -> Optional[Route]:
+    """Method.route: a shift vector ``v`` and its ``L_alpha`` (``w`` and ``c``) act on their projection's output;
+    a shared ``L_alpha`` on every projection with a vector. None for a gate's ``log_alpha`` (never stored: folded
+    at save) and any other tensor."""
+    parts = name.split(".")
+    if l0.GATE in parts:
+        return None
+    slot = {"vector": "v", "weight": "w", "bias": "c"}.get(parts[-1])
+    if CHILD in parts and slot:
+        return Route(".".join(parts[: parts.index(CHILD)]), "shift", slot)
+    if SHARED_ALPHA in parts and slot in ("w", "c"):
+        return Route(ANY_SHIFT, "shift", slot)
     return None

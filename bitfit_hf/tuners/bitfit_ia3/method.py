@@ -20,14 +20,13 @@ CITATION = """@inproceedings{liu2022fewshot,
 
 
 class IA3Method(Method):
-    """What ``ia3`` and ``bitfit_ia3`` share: peft (IA)³ layers, routed per example in mixed-task batches (scaling
-    vectors, as biases are per-example deltas) and exported as peft's own IA3 tuner."""
+    """What ``ia3`` and ``bitfit_ia3`` share: peft (IA)³ layers, routed per example in mixed-task batches (a vector
+    scales each example's output, or a feedforward module's input) and exported as peft's own IA3 tuner."""
 
     paper = ("Few-Shot Parameter-Efficient Fine-Tuning is Better and Cheaper than In-Context Learning (Liu et al., "
              "NeurIPS 2022): https://arxiv.org/abs/2205.05638")
     citation = CITATION
     inserts_modules = True
-    layer_kind = "ia3"
 
     def apply(self, model, config):
         return ia3_model.apply_bitfit_ia3(model, config)
@@ -38,20 +37,8 @@ class IA3Method(Method):
     def merge(self, state, model):
         return state.merged_state_dict(model)
 
-    def batch_router(self, model, rows):
-        return layer.BatchRouter(model, rows)
-
-    def bank_modules(self, tensor_names):
-        return layer.bank_modules(tensor_names)
-
-    def bank_attach(self, model, modules, method_config):
-        return ia3_model.bank_attach(model, modules, method_config)
-
-    def bank_switch(self, model, settings) -> None:
-        layer.bank_switch(model, settings)
-
-    def bank_layers(self, model):
-        return layer.bank_layers(model)
+    def route(self, model, name, method_config):
+        return ia3_model.route(model, name, method_config)
 
     def peft_model(self, model, config, modules_to_save, task_type):
         return ia3_model.peft_model(model, config, modules_to_save, task_type)

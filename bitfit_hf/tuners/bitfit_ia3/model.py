@@ -7,7 +7,6 @@ to the wrapped names and ``requires_grad`` set on exactly the vectors, the selec
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -15,9 +14,10 @@ from torch import nn
 
 from bitfit_hf.tuners.bias.model import apply_bitfit
 from bitfit_hf.tuners.bitfit_ia3.config import IA3, BitFitIA3Config
-from bitfit_hf.tuners.bitfit_ia3.layer import ia3_layers, inject_ia3, merged_tensors, set_layer_enabled
+from bitfit_hf.tuners.bitfit_ia3.layer import ia3_layers, ia3_module_of, inject_ia3, is_ia3_tensor, merged_tensors
 from bitfit_hf.tuners.peft_layers import ADAPTER_NAME, merged_state_dict, select_with_branches
 from bitfit_hf.tuners.roles import ARCHITECTURE_ROLES, match_role
+from bitfit_hf.tuners.routes import Route
 from bitfit_hf.tuners.state import (
     Selection,
     TunerState,
@@ -109,24 +109,23 @@ def apply_bitfit_ia3(model: nn.Module, config: Optional[BitFitIA3Config] = None)
     return state
 
 
-def bank_attach(model: nn.Module, modules: List[str], method_config: dict) -> Dict[str, bool]:
-    """AdapterBank hook: wrap ``modules`` in (IA)³ layers where the shared model has none yet (turned off until a
-    task using them is active); which scale their input is resolved as at training time."""
-    config = BitFitIA3Config.from_dict({k: v for k, v in method_config.items() if k.startswith("ia3_")})
-    heads = [n for n in detect_head_modules(model)]
-    _, feedforward = resolve_targets(model, dataclasses.replace(config, ia3_target_modules=list(modules)), heads)
-    existing = ia3_layers(model)
-    missing = [m for m in modules if m not in existing]
-    if missing:
-        inject_ia3(model, missing, feedforward)
-        for module_name, layer in ia3_layers(model).items():
-            if module_name in missing:
-                set_layer_enabled(layer, False)
-    layers = ia3_layers(model)
-    for module_name in modules:
-        if bool(layers[module_name].is_feedforward) != (module_name in feedforward):
-            raise ValueError(f"{module_name!r} scales its input for one task of this bank and its output for another")
-    return {m: True for m in modules}
+def route(model: nn.Module, name: str, method_config: dict) -> Optional[Route]:
+    """Method.route: an (IA)³ vector scales its module's output, or a feedforward target's input (resolved from the
+    adapter's settings as at training time: the FFN output projection's role by default)."""
+    if not is_ia3_tensor(name):
+        return None
+    module_name = ia3_module_of(name)
+    chosen = method_config.get("ia3_feedforward_modules")
+    if chosen is None:
+        table = ARCHITECTURE_ROLES.get(getattr(getattr(model, "config", None), "model_type", "") or "", {})
+        feedforward = any(match_role(rule, module_name) is not None for role in FEEDFORWARD_ROLES
+                          for rule in table.get(role, []))
+    else:
+        from peft import IA3Config
+        from peft.tuners.tuners_utils import check_target_module_exists
+
+        feedforward = bool(check_target_module_exists(IA3Config(target_modules=chosen), module_name))
+    return Route(module_name, "scale_in" if feedforward else "scale_out")
 
 
 def peft_model(model: nn.Module, config, modules_to_save: List[str], task_type: Optional[str]):

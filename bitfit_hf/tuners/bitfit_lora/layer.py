@@ -9,12 +9,13 @@ wrapped module's parameter names map back to the stock architecture's.
 from __future__ import annotations
 
 import warnings
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, Optional
 
 import torch
 from torch import nn
 
-from bitfit_hf.tuners.peft_layers import ADAPTER_NAME, peft_layers, set_layer_enabled
+from bitfit_hf.tuners.peft_layers import ADAPTER_NAME, peft_layers
+from bitfit_hf.tuners.routes import Route
 from bitfit_hf.utils.modes import inserted_modules_follow
 from bitfit_hf.utils.names import is_under
 
@@ -79,35 +80,16 @@ def merged_weight(layer: nn.Module) -> torch.Tensor:
     return (base.detach() + layer.get_delta_weight(ADAPTER_NAME).detach().to(base.dtype)).to("cpu")
 
 
-# ---- AdapterBank hooks (Method.bank_modules / bank_attach / bank_switch) ------------------------------
+# ---- mixed-task batches (Method.route) ----------------------------------------------------------
 
 
-def bank_modules(tensor_names: Iterable[str]) -> List[str]:
-    """The modules an adapter's LoRA matrices belong to, in order."""
-    return list(dict.fromkeys(lora_module_of(n) for n in tensor_names if is_lora_tensor(n)))
-
-
-def bank_attach(model: nn.Module, modules: List[str], method_config: dict) -> Dict[str, float]:
-    """Wrap ``modules`` in LoRA layers where the shared model has none yet (turned off until a task using them
-    is active); the task's settings: its scaling per module."""
+def route(name: str, method_config: dict) -> Optional[Route]:
+    """A LoRA matrix adds ``alpha / r * B A x`` to its module's output: ``A`` and ``B`` (scaled) by slot."""
+    if not is_lora_tensor(name):
+        return None
+    slot = name.split(LORA_MARKER, 1)[1][:1]  # lora_A... / lora_B...
     try:
-        r, alpha = int(method_config["lora_r"]), float(method_config["lora_alpha"])
-    except (KeyError, TypeError, ValueError):
-        raise ValueError("the adapter holds LoRA matrices but no lora_r / lora_alpha in its config") from None
-    existing = lora_layers(model)
-    missing = [m for m in modules if m not in existing]
-    if missing:
-        inject_lora(model, missing, r, alpha, float(method_config.get("lora_dropout", 0.0)))
-        for module_name, layer in lora_layers(model).items():
-            if module_name in missing:
-                set_layer_enabled(layer, False)
-    return {m: alpha / r for m in modules}
-
-
-def bank_switch(model: nn.Module, settings) -> None:
-    """LoRA on (with the task's scaling) in the task's modules, off in every other one (``settings`` None: all off)."""
-    scaling = settings or {}
-    for module_name, layer in lora_layers(model).items():
-        if module_name in scaling:
-            layer.scaling[ADAPTER_NAME] = scaling[module_name]
-        set_layer_enabled(layer, module_name in scaling)
+        scale = float(method_config["lora_alpha"]) / int(method_config["lora_r"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    return Route(lora_module_of(name), "lora", slot, scale if slot == "B" else 1.0)

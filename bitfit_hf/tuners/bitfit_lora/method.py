@@ -23,9 +23,6 @@ class BitFitLora(Method):
     display_name = "BitFit + LoRA"
     recipe = RECIPE
     inserts_modules = True
-    layer_kind = "lora"
-    not_batchable = ("its LoRA matrices change weights, not biases: mixed-task batches route per-example bias deltas "
-                     "only. Serve BitFit + LoRA tasks one at a time with AdapterBank.activate(), from a bank of their own")
     peft_refusal = ("its LoRA matrices: a PEFT adapter holds one tuner type, and BEFT (bias deltas) has no LoRA part. "
                     "Use bitfit-hf to load it, or `bitfit-hf merge` for a plain checkpoint")
 
@@ -38,17 +35,8 @@ class BitFitLora(Method):
     def merge(self, state, model):
         return state.merged_state_dict(model)
 
-    def bank_modules(self, tensor_names):
-        return layer.bank_modules(tensor_names)
-
-    def bank_attach(self, model, modules, method_config):
-        return layer.bank_attach(model, modules, method_config)
-
-    def bank_switch(self, model, settings) -> None:
-        layer.bank_switch(model, settings)
-
-    def bank_layers(self, model):
-        return list(layer.lora_layers(model))
+    def route(self, model, name, method_config):
+        return layer.route(name, method_config)
 
     def label(self, config: Any) -> Optional[str]:
         return "lora" if lora_only(config) else None

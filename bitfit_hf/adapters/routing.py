@@ -1,0 +1,387 @@
+"""Per-example adapter routing at the layer: the one contract by which every method serves a mixed batch.
+
+A mixed batch runs the stock model once. Each module some adapter changes gets a :class:`LayerAdapters`, which
+holds that module's adapters by name (``add``, ``delete``, ``set_active``) and, during a routed forward pass,
+changes each example's output with its own adapter's tensors, picked by a per-example index from tables of one row
+per active adapter plus a last row for the stock model. What an adapter does to a module is one of a few *kinds*
+of change, each exact for the module it is attached to:
+
+* ``bias``: a bias delta added to the output (``nn.Linear``, ``Conv1D``, norms, biases bitfit-hf adds);
+* ``gain``: a norm's gain delta times its normalised input (LayerNorm tuning, AdapterBias, BitFit's ``one-d``);
+* ``lora``: ``scaling * B A x`` added to the output (LoRA; ranks may differ between adapters);
+* ``shift``: ``L_alpha(h) * v`` added to the output (AdapterBias's token-dependent shift);
+* ``scale_out`` / ``scale_in``: the output, or the input, multiplied by a vector ((IA)³).
+
+Additive changes come first and scaling last, so a module with a bias delta and an (IA)³ vector computes
+``(W x + b_t) * l_t`` as peft's (IA)³ layer does. A method says where its own stored tensors act
+(:meth:`~bitfit_hf.tuners.registry.Method.route`); module biases and norm gains are routed without asking it.
+Tables are built once per change of the active set, so a forward pass only gathers rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bitfit_hf.tuners import method_spec
+from bitfit_hf.tuners.bias.layer import HOOK_ATTR
+from bitfit_hf.tuners.routes import ANY_SHIFT, KINDS, Route
+
+__all__ = ["KINDS", "LayerAdapters", "Route", "Router", "route_of", "stock_route"]
+
+
+def _additive_bias(module: nn.Module) -> bool:
+    """Whether ``module``'s bias is added to its output (peft wrappers: their base layer's)."""
+    base = getattr(module, "get_base_layer", None)
+    if callable(base) and type(module).__module__.startswith("peft."):
+        module = base()
+    if isinstance(module, (nn.Linear, nn.LayerNorm)) or hasattr(module, HOOK_ATTR) or type(module).__name__ == "Conv1D":
+        return True
+    return _is_norm(module)
+
+
+def _is_norm(module: nn.Module) -> bool:
+    """A normalisation layer with a per-feature gain (LayerNorm, RMSNorm-style norms): ``gain * normalise(x) (+ b)``."""
+    weight = getattr(module, "weight", None)
+    return (isinstance(module, nn.LayerNorm) or type(module).__name__.endswith("Norm")) and isinstance(
+        weight, torch.Tensor) and weight.dim() == 1
+
+
+def stock_route(modules: Mapping[str, nn.Module], name: str) -> Optional[Route]:
+    """The route of a stock tensor: a module's additive bias, or a norm's gain; None for anything else."""
+    module_name, _, attr = name.rpartition(".")
+    module = modules.get(module_name)
+    if module is None:
+        return None
+    if attr == "bias" and _additive_bias(module):
+        return Route(module_name, "bias")
+    if attr == "weight" and _is_norm(module):
+        return Route(module_name, "gain")
+    return None
+
+
+def route_of(model: nn.Module, modules: Mapping[str, nn.Module], method: str, name: str,
+             method_config: Mapping) -> Optional[Route]:
+    """Where a stored tensor of a ``method`` adapter acts: the method's own route, else a stock one."""
+    found = method_spec(method).route(model, name, method_config)
+    return found if found is not None else stock_route(modules, name)
+
+
+class LayerAdapters:
+    """One module's adapters by name, and its per-example change in a routed forward.
+
+    ``stock(kind)`` gives the module's own value of what a kind replaces (its bias, its gain): the tables hold
+    each adapter's difference from it, so the stock row changes nothing."""
+
+    def __init__(self, name: str, module: nn.Module, stock: Callable[[str], Optional[torch.Tensor]]):
+        self.name = name
+        self.module = module
+        self._stock = stock
+        self._adapters: Dict[str, Dict[Tuple[str, str], Tuple[torch.Tensor, float]]] = {}
+        self._active: List[str] = []
+        self._tables: Optional[Dict[str, Dict[str, torch.Tensor]]] = None
+
+    @property
+    def names(self) -> List[str]:
+        return list(self._adapters)
+
+    def add(self, adapter: str, route: Route, tensor: torch.Tensor) -> None:
+        """Hold ``tensor`` as ``adapter``'s part ``route.kind`` / ``route.slot`` of this module."""
+        self._adapters.setdefault(adapter, {})[(route.kind, route.slot)] = (tensor.detach(), route.scale)
+        self._tables = None
+
+    def delete(self, adapter: str) -> None:
+        self._adapters.pop(adapter, None)
+        self._tables = None
+
+    def set_active(self, adapters: Sequence[str]) -> None:
+        """The adapters an index picks, in order; index ``len(adapters)`` is the stock module."""
+        self._active = list(adapters)
+        self._tables = None
+
+    def has(self, adapter: str, kind: str) -> bool:
+        return any(k == kind for k, _ in self._adapters.get(adapter, {}))
+
+    def kinds(self) -> List[str]:
+        return [k for k in KINDS if k in self.tables()]
+
+    # ---- tables ----------------------------------------------------------------------------------------------
+    def tables(self) -> Dict[str, Dict[str, torch.Tensor]]:
+        if self._tables is None:
+            self._tables = self._build()
+        return self._tables
+
+    def _part(self, adapter: str, kind: str, slot: str = "") -> Optional[Tuple[torch.Tensor, float]]:
+        return self._adapters.get(adapter, {}).get((kind, slot))
+
+    def _build(self) -> Dict[str, Dict[str, torch.Tensor]]:
+        rows = self._active
+        used = {kind for a in rows for kind, _ in self._adapters.get(a, {})}
+        tables: Dict[str, Dict[str, torch.Tensor]] = {}
+        for kind in ("bias", "gain"):
+            if kind in used:
+                stock = self._stock(kind)
+                like = next(self._part(a, kind)[0] for a in rows if self._part(a, kind))
+                base = stock.reshape(-1).to(like) if stock is not None else torch.zeros_like(like.reshape(-1))
+                table = torch.stack([self._part(a, kind)[0].reshape(-1).to(base) - base if self._part(a, kind)
+                                     else torch.zeros_like(base) for a in rows] + [torch.zeros_like(base)])
+                if bool(table.any()):
+                    tables[kind] = {"delta": table}
+        for kind in ("scale_in", "scale_out"):
+            if kind in used:
+                like = next(self._part(a, kind)[0] for a in rows if self._part(a, kind)).reshape(-1)
+                ones = torch.ones_like(like)
+                tables[kind] = {"l": torch.stack([self._part(a, kind)[0].reshape(-1).to(like) if self._part(a, kind)
+                                                  else ones for a in rows] + [ones])}
+        if "lora" in used:
+            tables["lora"] = self._lora_tables(rows)
+        if "shift" in used:
+            tables["shift"] = self._shift_tables(rows)
+        return tables
+
+    def _lora_tables(self, rows: Sequence[str]) -> Dict[str, torch.Tensor]:
+        """``A``: ``[rows, r_max, in]``, ``B``: ``[rows, out, r_max]`` with the scaling folded in; ranks below the
+        largest are padded with zeros (which add nothing)."""
+        pairs = [(self._part(a, "lora", "A"), self._part(a, "lora", "B")) for a in rows]
+        first = next((a, b) for a, b in pairs if a and b)
+        rank = max(a[0].shape[0] for a, b in pairs if a and b)
+        (a0, _), (b0, _) = first
+        A = a0.new_zeros(len(rows) + 1, rank, a0.shape[1])  # noqa: N806 - LoRA's names
+        B = b0.new_zeros(len(rows) + 1, b0.shape[0], rank)  # noqa: N806
+        for index, (a, b) in enumerate(pairs):
+            if a and b:
+                r = a[0].shape[0]
+                A[index, :r] = a[0].to(A)
+                B[index, :, :r] = b[0].to(B) * b[1]
+        return {"A": A, "B": B}
+
+    def _shift_tables(self, rows: Sequence[str]) -> Dict[str, torch.Tensor]:
+        """``w``: ``[rows, d_ff]`` and ``c``: ``[rows]`` (L_alpha), ``v``: ``[rows, d]``; zero for no shift."""
+        v0 = next(self._part(a, "shift", "v")[0] for a in rows if self._part(a, "shift", "v"))
+        w0 = next(self._part(a, "shift", "w")[0] for a in rows if self._part(a, "shift", "w"))
+        v = v0.new_zeros(len(rows) + 1, v0.numel())
+        w = w0.new_zeros(len(rows) + 1, w0.numel())
+        c = w0.new_zeros(len(rows) + 1)
+        for index, adapter in enumerate(rows):
+            parts = [self._part(adapter, "shift", s) for s in ("v", "w", "c")]
+            if parts[0] and parts[1]:
+                v[index] = parts[0][0].reshape(-1).to(v)
+                w[index] = parts[1][0].reshape(-1).to(w)
+                if parts[2]:
+                    c[index] = parts[2][0].reshape(-1).to(c)[0]
+        return {"v": v, "w": w, "c": c}
+
+    # ---- the forward pass ------------------------------------------------------------------------------------
+    def change_input(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        table = self.tables().get("scale_in")
+        if table is None:
+            return x
+        return (x.to(table["l"].dtype) * _rows(table["l"], ids, x)).to(x.dtype)  # peft: (x.to(l) * l).to(x)
+
+    def change_output(self, x: torch.Tensor, out: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        tables = self.tables()
+        if not tables or tables.keys() == {"scale_in"}:
+            return out
+        _check_layout(self.name, out, ids)
+        if x is None and tables.keys() & {"gain", "lora", "shift"}:
+            raise RuntimeError(f"Mixed-batch routing: {self.name!r} was called without a positional input.")
+        inplace = not (torch.is_grad_enabled() and out.requires_grad)
+        added = []
+        if "gain" in tables:
+            added.append(self._normalised(x).to(out.dtype) * _rows(tables["gain"]["delta"], ids, out).to(out.dtype))
+        if "bias" in tables:
+            added.append(_rows(tables["bias"]["delta"], ids, out).to(out.dtype))
+        if "lora" in tables:
+            added.append(_lora(x, tables["lora"], ids).reshape(out.shape).to(out.dtype))
+        if "shift" in tables:
+            added.append(_shift(x, tables["shift"], ids).reshape(out.shape).to(out.dtype))
+        for delta in added:
+            out = out.add_(delta) if inplace else out + delta
+        if "scale_out" in tables:
+            out = (out * _rows(tables["scale_out"]["l"], ids, out)).to(out.dtype)  # peft: (result * l).to(result)
+        return out
+
+    # ---- one adapter for every example (a bank's active task) -------------------------------------------------
+    def change_input_one(self, x: torch.Tensor, adapter: str) -> torch.Tensor:
+        part = self._part(adapter, "scale_in")
+        if part is None:
+            return x
+        return (x.to(part[0].dtype) * part[0].flatten()).to(x.dtype)
+
+    def change_output_one(self, x: torch.Tensor, out: torch.Tensor, adapter: str) -> torch.Tensor:
+        """The adapter's change with the operations of the method's own layer (peft's LoRA and (IA)³ layers,
+        AdapterBias's shift), in their order, so the output equals the adapter loaded alone bit for bit."""
+        parts = self._adapters.get(adapter, {})
+        dtype = out.dtype
+        if ("gain", "") in parts:
+            stock = self._stock("gain")
+            gain = parts[("gain", "")][0].flatten()
+            out = out + self._normalised(x) * (gain - (stock.flatten().to(gain) if stock is not None else 0))
+        if ("bias", "") in parts:
+            stock = self._stock("bias")
+            bias = parts[("bias", "")][0].flatten()
+            out = out + (bias - stock.flatten().to(bias) if stock is not None else bias).to(dtype)
+        if ("lora", "A") in parts and ("lora", "B") in parts:
+            a, b = parts[("lora", "A")][0], parts[("lora", "B")]
+            out = (out + F.linear(F.linear(x.to(a.dtype), a), b[0]) * b[1]).to(dtype)  # peft: result + B(A(x)) * s
+        if ("shift", "v") in parts and ("shift", "w") in parts:
+            w = parts[("shift", "w")][0]
+            c = parts.get(("shift", "c"))
+            alpha = F.linear(x.to(w.dtype), w.reshape(1, -1), None if c is None else c[0].reshape(1).to(w.dtype))
+            out = out + (alpha * parts[("shift", "v")][0].to(alpha.dtype)).to(dtype)  # AdapterBias: L_alpha(h) * v
+        if ("scale_out", "") in parts:
+            out = (out * parts[("scale_out", "")][0].flatten()).to(dtype)  # peft: (result * l).to(result)
+        return out
+
+    def _normalised(self, x: torch.Tensor) -> torch.Tensor:
+        """The module's output with a unit gain and no bias: what its gain multiplies."""
+        module = self.module
+        if isinstance(module, nn.LayerNorm):
+            return F.layer_norm(x, module.normalized_shape, None, None, module.eps)
+        from torch.func import functional_call
+
+        unit = {"weight": torch.ones_like(module.weight)}
+        if isinstance(getattr(module, "bias", None), torch.Tensor):
+            unit["bias"] = torch.zeros_like(module.bias)
+        with _quiet(module):
+            return functional_call(module, unit, (x,))
+
+
+def _rows(table: torch.Tensor, ids: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Each example's row of ``table``, shaped to broadcast over ``like`` (``[batch, ..., features]``)."""
+    picked = table.index_select(0, ids.to(table.device))
+    return picked.view(picked.shape[0], *([1] * (like.dim() - 2)), picked.shape[-1])
+
+
+def _check_layout(name: str, out: torch.Tensor, ids: torch.Tensor) -> None:
+    if out.dim() < 2 or out.shape[0] != ids.shape[0]:
+        raise RuntimeError(f"Mixed-batch routing: the output of {name!r} has shape {tuple(out.shape)}, not "
+                           f"[batch={ids.shape[0]}, ..., features]; this attention/packing layout is not supported.")
+
+
+def _lora(x: torch.Tensor, table: Dict[str, torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    A = table["A"].index_select(0, ids.to(table["A"].device))  # noqa: N806 - [batch, r, in]
+    B = table["B"].index_select(0, ids.to(table["B"].device))  # noqa: N806 - [batch, out, r]
+    flat = x.reshape(x.shape[0], -1, x.shape[-1]).to(A.dtype)
+    return torch.bmm(torch.bmm(flat, A.transpose(1, 2)), B.transpose(1, 2))
+
+
+def _shift(h: torch.Tensor, table: Dict[str, torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    index = ids.to(table["w"].device)
+    w, c, v = (table[k].index_select(0, index) for k in ("w", "c", "v"))
+    flat = h.reshape(h.shape[0], -1, h.shape[-1]).to(w.dtype)
+    alpha = torch.bmm(flat, w.unsqueeze(-1)) + c.view(-1, 1, 1)  # [batch, tokens, 1]
+    return alpha * v.unsqueeze(1).to(alpha.dtype)
+
+
+_QUIET: set = set()  # modules whose routing hooks stand aside (a norm recomputed inside its own hook)
+
+
+@contextlib.contextmanager
+def _quiet(module: nn.Module) -> Iterator[None]:
+    _QUIET.add(id(module))
+    try:
+        yield
+    finally:
+        _QUIET.discard(id(module))
+
+
+class Router:
+    """The :class:`LayerAdapters` of one model: adapters added by name with their stored tensors, and
+    :meth:`route` around a forward pass that gives example ``i`` the adapter at index ``ids[i]``."""
+
+    def __init__(self, model: nn.Module, stock: Callable[[str], Optional[torch.Tensor]]):
+        self.model = model
+        self.layers: Dict[str, LayerAdapters] = {}
+        self._stock = stock  # a stock tensor by its (stock) name
+        self._active: List[str] = []
+
+    def add(self, adapter: str, routed: Mapping[str, Tuple[Route, torch.Tensor]]) -> None:
+        """``routed``: ``{stored name: (route, tensor)}``; a shared L_alpha (``Route.module == "*"``) goes to every
+        module where the adapter has a shift vector."""
+        modules = dict(self.model.named_modules())
+        shared = [(r, t) for r, t in routed.values() if r.module == ANY_SHIFT]
+        for route, tensor in routed.values():
+            if route.module == ANY_SHIFT:
+                continue
+            layer = self.layers.get(route.module)
+            if layer is None:
+                layer = self.layers[route.module] = LayerAdapters(route.module, modules[route.module],
+                                                                  self._stock_of(route.module))
+                layer.set_active(self._active)
+            layer.add(adapter, route, tensor)
+            if route.kind == "shift" and route.slot == "v":
+                for shared_route, shared_tensor in shared:
+                    layer.add(adapter, Route(route.module, "shift", shared_route.slot), shared_tensor)
+
+    def delete(self, adapter: str) -> None:
+        for name in list(self.layers):
+            self.layers[name].delete(adapter)
+            if not self.layers[name].names:
+                del self.layers[name]
+
+    def set_active(self, adapters: Sequence[str]) -> None:
+        self._active = list(adapters)
+        for layer in self.layers.values():
+            layer.set_active(self._active)
+
+    def _stock_of(self, module: str) -> Callable[[str], Optional[torch.Tensor]]:
+        return lambda kind: self._stock(f"{module}.{'weight' if kind == 'gain' else 'bias'}")
+
+    def routed_layers(self) -> Dict[str, LayerAdapters]:
+        """The layers whose change is not nothing for the active adapters."""
+        return {name: layer for name, layer in self.layers.items() if layer.kinds()}
+
+    def hold(self, adapter: str) -> Callable[[], None]:
+        """Route every example to ``adapter`` (a bank's active task) until the returned function is called."""
+        handles = []
+        for layer in self.layers.values():
+            if adapter not in layer.names:
+                continue
+            if layer.has(adapter, "scale_in"):
+                handles.append(layer.module.register_forward_pre_hook(_pre_hook(layer, adapter)))
+            handles.append(layer.module.register_forward_hook(_post_hook(layer, adapter)))
+        return lambda: [handle.remove() for handle in handles] and None
+
+    @contextlib.contextmanager
+    def route(self, ids: torch.Tensor) -> Iterator[None]:
+        """While open, a forward pass of the model changes example ``i`` with adapter ``ids[i]``."""
+        handles = []
+        try:
+            for layer in self.routed_layers().values():
+                if "scale_in" in layer.kinds():
+                    handles.append(layer.module.register_forward_pre_hook(_pre_hook(layer, ids)))
+                handles.append(layer.module.register_forward_hook(_post_hook(layer, ids)))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def _pre_hook(layer: LayerAdapters, which: Union[torch.Tensor, str]):
+    """``which``: per-example indices, or one adapter's name."""
+    change = layer.change_input_one if isinstance(which, str) else layer.change_input
+
+    def hook(module, args):
+        if id(module) in _QUIET:
+            return None
+        return (change(args[0], which), *args[1:])
+
+    return hook
+
+
+def _post_hook(layer: LayerAdapters, which: Union[torch.Tensor, str]):
+    change = layer.change_output_one if isinstance(which, str) else layer.change_output
+
+    def hook(module, args, output):
+        if id(module) in _QUIET:
+            return output
+        out = output[0] if isinstance(output, tuple) else output
+        out = change(args[0] if args else None, out, which)
+        return (out, *output[1:]) if isinstance(output, tuple) else out
+
+    return hook
