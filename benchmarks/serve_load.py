@@ -6,7 +6,7 @@
 
 What it does:
 
-1. Builds N BitFit adapters on all-MiniLM-L6-v2 the way the default recipe trains them (the checkpoint's mean
+1. Builds N adapters (BitFit, or drawn in turn from `--methods`) on all-MiniLM-L6-v2 the way the default recipe trains them (the checkpoint's mean
    pooling, biases ``all`` + a 2-label head; values randomly perturbed, which changes no timing) in a temp
    folder, plus an adapters file per configuration.
 2. For each configuration starts ``bitfit-hf serve`` as a subprocess on an ephemeral port (``--threads``
@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
@@ -70,28 +70,50 @@ def base_path(base: Optional[str]) -> str:
     return minilm_path()
 
 
-def build_adapters(root: str, n: int, base: Optional[str] = None) -> Dict[str, str]:
-    """``n`` BitFit adapters in ``root`` (pooled as the recipe trains them on MiniLM; on a ``--base`` that is not a
-    sentence-transformers checkpoint, its own pooler); returns ``{name: folder}``."""
+def method_config(method: str):
+    """A servable method's default config by its ``--method`` name (``lora``: BitFit + LoRA training no bias)."""
+    from bitfit_hf import BitFitConfig
+    from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
+    from bitfit_hf.tuners.bitfit_ia3 import BitFitIA3Config, IA3Config
+    from bitfit_hf.tuners.bitfit_lora import BitFitLoraConfig
+    from bitfit_hf.tuners.ln_tuning import LNTuningMethodConfig
+
+    configs = {"bitfit": lambda: BitFitConfig("all"), "ia3": IA3Config, "bitfit_ia3": BitFitIA3Config,
+               "lora": lambda: BitFitLoraConfig(bias_terms="frozen"), "bitfit_lora": BitFitLoraConfig,
+               "adapterbias": AdapterBiasConfig, "ln_tuning": LNTuningMethodConfig}
+    if method not in configs:
+        raise SystemExit(f"error: --methods: {method!r} is not one of {', '.join(configs)}")
+    return configs[method]()
+
+
+def build_adapters(root: str, n: int, base: Optional[str] = None, methods: Sequence[str] = ("bitfit",)) -> Dict[str, str]:
+    """``n`` adapters in ``root``, their methods drawn in turn from ``methods`` (pooled as the recipe trains them on
+    MiniLM; on a ``--base`` that is not a sentence-transformers checkpoint, its own pooler), each method's default
+    configuration with its trained tensors randomly perturbed (which changes no timing); returns
+    ``{name: folder}``."""
     import torch
     import transformers as T
 
-    from bitfit_hf import BitFitAdapter, BitFitConfig, apply_bitfit
+    from bitfit_hf import BitFitAdapter
+    from bitfit_hf.tuners import apply_method
     from bitfit_hf.utils.sentence_pooling import checkpoint_pooling, install_sentence_pooling
 
     T.logging.set_verbosity_error()
     path = base_path(base)
-    torch.manual_seed(0)
-    model = T.AutoModelForSequenceClassification.from_pretrained(
-        path, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
-    pooling = checkpoint_pooling(path)
-    if pooling is not None:
-        install_sentence_pooling(model, pooling)  # as `accelerate launch recipes/glue.py` trains
-    apply_bitfit(model, BitFitConfig("all"))
-    trained = {name: p for name, p in model.named_parameters() if p.requires_grad}
-    start = {name: p.detach().clone() for name, p in trained.items()}
+    prepared = {}
+    for method in dict.fromkeys(methods):
+        torch.manual_seed(0)
+        model = T.AutoModelForSequenceClassification.from_pretrained(
+            path, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
+        pooling = checkpoint_pooling(path)
+        if pooling is not None:
+            install_sentence_pooling(model, pooling)  # as `accelerate launch recipes/glue.py` trains
+        apply_method(model, method_config(method))
+        trained = {name: p for name, p in model.named_parameters() if p.requires_grad}
+        prepared[method] = (model, trained, {name: p.detach().clone() for name, p in trained.items()})
     found = {}
     for i in range(n):
+        model, trained, start = prepared[methods[i % len(methods)]]
         g = torch.Generator().manual_seed(i)
         with torch.no_grad():
             for name, p in trained.items():
@@ -292,6 +314,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 and 8 adapters, 60 requests, 1 rep")
     parser.add_argument("--adapters", default=None, help="comma list of adapter counts (default 1,8,64)")
+    parser.add_argument("--methods", default="bitfit", help="comma list of methods the adapters are drawn from in turn "
+                        "(default bitfit; the first adapter, the one-adapter run's, is of the first method)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent closed-loop clients (default 16)")
     parser.add_argument("--requests", type=int, default=None, help="measured requests per run (default 600)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up requests per run (default 64)")
@@ -332,7 +356,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     runs: Dict[str, List[dict]] = {c["key"]: [] for c in configs}
     with tempfile.TemporaryDirectory() as workdir:
         print(f"building {biggest} adapters ...", file=sys.stderr, flush=True)
-        adapters = build_adapters(workdir, biggest, args.base)
+        adapters = build_adapters(workdir, biggest, args.base, [m.strip() for m in args.methods.split(",") if m.strip()])
         for rep in range(reps):
             order = configs[rep % len(configs):] + configs[: rep % len(configs)]
             for cfg in order:

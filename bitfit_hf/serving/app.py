@@ -82,20 +82,21 @@ def create_app(engine: Engine, drain_timeout: Optional[float] = None) -> FastAPI
     @app.post("/predict")
     async def predict(request: Request):
         began = time.monotonic()
-        label = "unknown"
+        labels = ["unknown"]
         try:
             body = _parse_json(await _read_body(request, engine.config.payload_limit))
-            entry, parsed, encoded, options = await engine.prepare_off_loop(body)
-            label = entry.name
-            outputs = await _run(engine, request, entry, encoded, began)
-            result = engine.answer(entry, parsed, encoded, outputs, options)
-            response = JSONResponse(result)
+            entries, parsed, encoded, options, several = await engine.prepare_off_loop(body)
+            labels = [e.name for e in entries]
+            outputs = await _run(engine, request, entries, encoded, began)
+            answers = [engine.answer(e, parsed, encoded, out, options) for e, out in zip(entries, outputs)]
+            response = JSONResponse({e.name: a for e, a in zip(entries, answers)} if several else answers[0])
         except InputError as err:
-            label = err.adapter or ("unknown" if err.status == 404 else label)
+            labels = [err.adapter] if err.adapter else (["unknown"] if err.status == 404 else labels)
             response = error(err)
-        metrics.requests.labels(label, str(response.status_code)).inc()
-        if response.status_code == 200:
-            metrics.latency.labels(label).observe(time.monotonic() - began)
+        for label in labels:
+            metrics.requests.labels(label, str(response.status_code)).inc()
+            if response.status_code == 200:
+                metrics.latency.labels(label).observe(time.monotonic() - began)
         return response
 
     @app.get("/adapters")
@@ -150,28 +151,39 @@ def create_app(engine: Engine, drain_timeout: Optional[float] = None) -> FastAPI
     return app
 
 
-async def _run(engine: Engine, request: Request, entry, encoded, began: float):
-    """Queue the inputs and wait for their outputs, the request's time limit, or the client leaving."""
+async def _run(engine: Engine, request: Request, entries, encoded, began: float) -> list:
+    """Queue the inputs once per adapter, together (so they share forward passes), and wait for every adapter's
+    outputs, the request's time limit, or the client leaving."""
     loop = asyncio.get_running_loop()
-    future = loop.create_future()
     deadline = began + engine.config.request_timeout_s
+    futures, jobs = [], []
+    for entry in entries:
+        future = loop.create_future()
 
-    def done(result, error):
-        loop.call_soon_threadsafe(settle_future, future, result, error)
+        def done(result, error, future=future):
+            loop.call_soon_threadsafe(settle_future, future, result, error)
 
-    job = engine.submit(entry, encoded, done, deadline=deadline)
+        try:
+            jobs.append(engine.submit(entry, encoded, done, deadline=deadline))
+        except InputError:
+            for job in jobs:
+                job.cancelled = True
+            raise
+        futures.append(future)
+    every = asyncio.gather(*futures)
     gone = asyncio.ensure_future(_client_gone(request))
     try:
-        finished, _ = await asyncio.wait({future, gone}, timeout=max(0.0, deadline - time.monotonic()),
+        finished, _ = await asyncio.wait({every, gone}, timeout=max(0.0, deadline - time.monotonic()),
                                          return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
-    if future in finished:
-        return future.result()  # an InputError (e.g. removed while queued) raises here
-    job.cancelled = True
-    future.cancel()  # the worker's late answer (a 499 / 504 of its own) is then dropped, not left unread
+    if every in finished:
+        return every.result()  # an InputError (e.g. removed while queued) raises here
+    for job in jobs:
+        job.cancelled = True
+    every.cancel()  # the worker's late answers (a 499 / 504 of their own) are then dropped, not left unread
     if gone in finished:
-        logger.info("bitfit-hf serve: client left before its answer (adapter %r)", entry.name)
+        logger.info("bitfit-hf serve: client left before its answer (adapter(s) %s)", ", ".join(e.name for e in entries))
         raise InputError(499, "the client closed the connection.", "cancelled")
     engine.metrics.cancelled.labels("timeout").inc()
     raise InputError(504, f"no answer within {engine.config.request_timeout_s} s (request_timeout); the server is "

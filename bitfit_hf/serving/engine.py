@@ -210,12 +210,43 @@ class Engine:
                              adapters=sorted(entries))
         return entries[name]
 
-    async def prepare_off_loop(self, body: Any) -> Tuple[Entry, Any, list, Dict[str, Any]]:
-        """:meth:`prepare` on a tokenizing thread, so a long input does not stall every other request."""
-        return await self.tokenizers.run(self.prepare, body)
+    def resolve_many(self, value: Any) -> Tuple[List[Entry], bool]:
+        """The adapters a request names: one name (or none, when one adapter is served), a list of names, or
+        ``{"task": "classification"}`` (every adapter of that task); ``several`` when the answer is keyed by adapter."""
+        entries = self.registry.entries
+        if value is None or isinstance(value, str):
+            return [self.resolve(value)], False
+        if isinstance(value, dict):
+            task = value.get("task")
+            if set(value) != {"task"} or task not in TASKS.values():
+                raise InputError(422, "\"adapter\": {\"task\": T} takes one of " + ", ".join(map(repr, TASKS.values())) + ".")
+            chosen = [entries[name] for name in sorted(entries) if TASKS[entries[name].task] == task]
+            if not chosen:
+                raise InputError(404, f"no {task} adapter is served; served: {', '.join(sorted(entries)) or 'none'}.",
+                                 "not_found", adapters=sorted(entries))
+            return chosen, True
+        if not isinstance(value, list) or not value or len(set(map(str, value))) != len(value):
+            raise InputError(422, "\"adapter\" is a name, a list of distinct names, or {\"task\": T}.")
+        chosen = [self.resolve(name) for name in value]
+        if len({e.task for e in chosen}) > 1:
+            raise InputError(422, "the adapters of one request answer one task (their inputs are read one way): "
+                                  + ", ".join(f"{e.name} ({TASKS[e.task]})" for e in chosen) + ".")
+        return chosen, True
+
+    async def prepare_off_loop(self, body: Any) -> Tuple[List[Entry], Any, list, Dict[str, Any], bool]:
+        """:meth:`prepare_request` on a tokenizing thread, so a long input does not stall every other request."""
+        return await self.tokenizers.run(self.prepare_request, body)
 
     def prepare(self, body: Any) -> Tuple[Entry, Any, list, Dict[str, Any]]:
-        """Validate a ``/predict`` body and tokenize it: ``(entry, parsed, encoded, options)``."""
+        """Validate a ``/predict`` body naming one adapter and tokenize it: ``(entry, parsed, encoded, options)``."""
+        entries, parsed, encoded, options, several = self.prepare_request(body)
+        if several:
+            raise InputError(422, "this call takes one adapter.")
+        return entries[0], parsed, encoded, options
+
+    def prepare_request(self, body: Any) -> Tuple[List[Entry], Any, list, Dict[str, Any], bool]:
+        """Validate a ``/predict`` body and tokenize its inputs once for every adapter it names:
+        ``(entries, parsed, encoded, options, several)``."""
         if not isinstance(body, dict):
             raise InputError(422, "the body must be a JSON object {\"inputs\": ..., \"adapter\": \"<name>\"}.")
         fields = ("inputs", "adapter", "truncate", "truncation_direction", "raw_scores", "top_k", "max_answer_len",
@@ -223,12 +254,20 @@ class Engine:
         unknown = sorted(set(body) - set(fields))
         if unknown:
             raise InputError(422, f"unknown field(s) {', '.join(unknown)}; /predict takes {', '.join(fields)}.")
-        entry = self.resolve(body.get("adapter"))
+        entries, several = self.resolve_many(body.get("adapter"))
         try:
-            return self._prepare_for(entry, body)
+            entry, parsed, encoded, options = self._prepare_for(entries[0], body)
+            for other in entries[1:]:
+                check_other(other, parsed)
+            total = len(parsed.items) * len(entries)
+            if total > self.config.max_client_batch_size:
+                raise InputError(413, f"{len(parsed.items)} input(s) for {len(entries)} adapters is {total} answers; this "
+                                      f"server takes at most {self.config.max_client_batch_size} per request "
+                                      "(max_client_batch_size). Split the request.", "payload_too_large")
         except InputError as err:
-            err.adapter = entry.name  # /metrics counts the refusal under the adapter asked for
+            err.adapter = entries[0].name if not several else None  # /metrics counts it under the adapter asked for
             raise
+        return entries, parsed, encoded, options, several
 
     def _prepare_for(self, entry: Entry, body: Dict[str, Any]) -> Tuple[Entry, Any, list, Dict[str, Any]]:
         truncate = body.get("truncate", self.config.auto_truncate)
@@ -335,6 +374,14 @@ class Engine:
     def close(self, timeout: Optional[float] = None) -> bool:
         self.tokenizers.close()
         return self.worker.stop(timeout)
+
+
+def check_other(entry: Entry, parsed) -> None:
+    """Inputs parsed for one adapter of a request checked against another's (a pair task and a single one)."""
+    try:
+        check_items(entry.config, parsed.items)
+    except InputRefused as err:
+        raise refused(err) from None
 
 
 def settle_future(future: "asyncio.Future", result, error) -> None:

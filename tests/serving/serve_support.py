@@ -17,7 +17,7 @@ ADMIN_TOKEN = "test-admin-token-0123456789"
 @pytest.fixture(scope="session")
 def adapters(tmp_path_factory) -> Dict[str, str]:
     """``{name: folder}``: three classification adapters (2, 3, 5 labels), a tagger, a QA adapter, an
-    AdapterBias one (served by switching), all on one tiny base (``"base"``)."""
+    AdapterBias one (mixed with the rest), all on one tiny base (``"base"``)."""
     from bitfit_hf.tuners.adapterbias import AdapterBiasConfig
 
     root = tmp_path_factory.mktemp("serving")
