@@ -119,60 +119,68 @@ class LayerAdapters:
         return self._adapters.get(adapter, {}).get((kind, slot))
 
     def _build(self) -> Dict[str, Dict[str, torch.Tensor]]:
+        """Per kind, rows for the active adapters that have it and a last, neutral row, with ``index`` mapping an
+        adapter index (the stock model's too) to its row: an adapter without the kind costs no row."""
         rows = self._active
-        used = {kind for a in rows for kind, _ in self._adapters.get(a, {})}
         tables: Dict[str, Dict[str, torch.Tensor]] = {}
-        for kind in ("bias", "gain"):
-            if kind in used:
-                stock = self._stock(kind)
-                like = next(self._part(a, kind)[0] for a in rows if self._part(a, kind))
-                base = stock.reshape(-1).to(like) if stock is not None else torch.zeros_like(like.reshape(-1))
-                table = torch.stack([self._part(a, kind)[0].reshape(-1).to(base) - base if self._part(a, kind)
-                                     else torch.zeros_like(base) for a in rows] + [torch.zeros_like(base)])
-                if bool(table.any()):
-                    tables[kind] = {"delta": table}
-        for kind in ("scale_in", "scale_out"):
-            if kind in used:
-                like = next(self._part(a, kind)[0] for a in rows if self._part(a, kind)).reshape(-1)
-                ones = torch.ones_like(like)
-                tables[kind] = {"l": torch.stack([self._part(a, kind)[0].reshape(-1).to(like) if self._part(a, kind)
-                                                  else ones for a in rows] + [ones])}
-        if "lora" in used:
-            tables["lora"] = self._lora_tables(rows)
-        if "shift" in used:
-            tables["shift"] = self._shift_tables(rows)
+        for kind in KINDS:
+            members = [a for a in rows if self.has(a, kind)]
+            if not members:
+                continue
+            build = {"bias": self._delta_table, "gain": self._delta_table, "scale_in": self._scale_table,
+                     "scale_out": self._scale_table, "lora": self._lora_table, "shift": self._shift_table}[kind]
+            table = build(kind, members)
+            if table is None:
+                continue
+            index = torch.full((len(rows) + 1,), len(members), dtype=torch.long)
+            for row, adapter in enumerate(members):
+                index[rows.index(adapter)] = row
+            table["index"] = index.to(next(iter(table.values())).device)
+            tables[kind] = table
         return tables
 
-    def _lora_tables(self, rows: Sequence[str]) -> Dict[str, torch.Tensor]:
+    def _delta_table(self, kind: str, members: Sequence[str]) -> Optional[Dict[str, torch.Tensor]]:
+        """``delta``: each adapter's value less the stock one (None when every delta is zero)."""
+        stock = self._stock(kind)
+        like = self._part(members[0], kind)[0].reshape(-1)
+        base = stock.reshape(-1).to(like) if stock is not None else torch.zeros_like(like)
+        table = torch.stack([self._part(a, kind)[0].reshape(-1).to(base) - base for a in members]
+                            + [torch.zeros_like(base)])
+        return {"delta": table} if bool(table.any()) else None
+
+    def _scale_table(self, kind: str, members: Sequence[str]) -> Dict[str, torch.Tensor]:
+        like = self._part(members[0], kind)[0].reshape(-1)
+        return {"l": torch.stack([self._part(a, kind)[0].reshape(-1).to(like) for a in members] + [torch.ones_like(like)])}
+
+    def _lora_table(self, kind: str, members: Sequence[str]) -> Optional[Dict[str, torch.Tensor]]:
         """``A``: ``[rows, r_max, in]``, ``B``: ``[rows, out, r_max]`` with the scaling folded in; ranks below the
         largest are padded with zeros (which add nothing)."""
-        pairs = [(self._part(a, "lora", "A"), self._part(a, "lora", "B")) for a in rows]
-        first = next((a, b) for a, b in pairs if a and b)
-        rank = max(a[0].shape[0] for a, b in pairs if a and b)
-        (a0, _), (b0, _) = first
-        A = a0.new_zeros(len(rows) + 1, rank, a0.shape[1])  # noqa: N806 - LoRA's names
-        B = b0.new_zeros(len(rows) + 1, b0.shape[0], rank)  # noqa: N806
-        for index, (a, b) in enumerate(pairs):
-            if a and b:
-                r = a[0].shape[0]
-                A[index, :r] = a[0].to(A)
-                B[index, :, :r] = b[0].to(B) * b[1]
+        pairs = [(self._part(a, "lora", "A"), self._part(a, "lora", "B")) for a in members]
+        if not all(a and b for a, b in pairs):
+            raise ValueError(f"{self.name!r}: an adapter holds one LoRA matrix of the pair")
+        rank = max(a[0].shape[0] for a, _ in pairs)
+        a0, b0 = pairs[0][0][0], pairs[0][1][0]
+        A = a0.new_zeros(len(members) + 1, rank, a0.shape[1])  # noqa: N806 - LoRA's names
+        B = b0.new_zeros(len(members) + 1, b0.shape[0], rank)  # noqa: N806
+        for row, (a, b) in enumerate(pairs):
+            r = a[0].shape[0]
+            A[row, :r] = a[0].to(A)
+            B[row, :, :r] = b[0].to(B) * b[1]
         return {"A": A, "B": B}
 
-    def _shift_tables(self, rows: Sequence[str]) -> Dict[str, torch.Tensor]:
-        """``w``: ``[rows, d_ff]`` and ``c``: ``[rows]`` (L_alpha), ``v``: ``[rows, d]``; zero for no shift."""
-        v0 = next(self._part(a, "shift", "v")[0] for a in rows if self._part(a, "shift", "v"))
-        w0 = next(self._part(a, "shift", "w")[0] for a in rows if self._part(a, "shift", "w"))
-        v = v0.new_zeros(len(rows) + 1, v0.numel())
-        w = w0.new_zeros(len(rows) + 1, w0.numel())
-        c = w0.new_zeros(len(rows) + 1)
-        for index, adapter in enumerate(rows):
-            parts = [self._part(adapter, "shift", s) for s in ("v", "w", "c")]
-            if parts[0] and parts[1]:
-                v[index] = parts[0][0].reshape(-1).to(v)
-                w[index] = parts[1][0].reshape(-1).to(w)
-                if parts[2]:
-                    c[index] = parts[2][0].reshape(-1).to(c)[0]
+    def _shift_table(self, kind: str, members: Sequence[str]) -> Dict[str, torch.Tensor]:
+        """``w``: ``[rows, d_ff]`` and ``c``: ``[rows]`` (L_alpha), ``v``: ``[rows, d]``; the neutral row zero."""
+        parts = [[self._part(a, "shift", s) for s in ("v", "w", "c")] for a in members]
+        if not all(v and w for v, w, _ in parts):
+            raise ValueError(f"{self.name!r}: an adapter holds a shift vector without its L_alpha, or the reverse")
+        v0, w0 = parts[0][0][0], parts[0][1][0]
+        v = v0.new_zeros(len(members) + 1, v0.numel())
+        w = w0.new_zeros(len(members) + 1, w0.numel())
+        c = w0.new_zeros(len(members) + 1)
+        for row, (pv, pw, pc) in enumerate(parts):
+            v[row], w[row] = pv[0].reshape(-1).to(v), pw[0].reshape(-1).to(w)
+            if pc:
+                c[row] = pc[0].reshape(-1).to(c)[0]
         return {"v": v, "w": w, "c": c}
 
     # ---- the forward pass ------------------------------------------------------------------------------------
@@ -180,7 +188,7 @@ class LayerAdapters:
         table = self.tables().get("scale_in")
         if table is None:
             return x
-        return (x.to(table["l"].dtype) * _rows(table["l"], ids, x)).to(x.dtype)  # peft: (x.to(l) * l).to(x)
+        return (x.to(table["l"].dtype) * _rows(table, "l", ids, x)).to(x.dtype)  # peft: (x.to(l) * l).to(x)
 
     def change_output(self, x: torch.Tensor, out: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         tables = self.tables()
@@ -192,9 +200,9 @@ class LayerAdapters:
         inplace = not (torch.is_grad_enabled() and out.requires_grad)
         added = []
         if "gain" in tables:
-            added.append(self._normalised(x).to(out.dtype) * _rows(tables["gain"]["delta"], ids, out).to(out.dtype))
+            added.append(self._normalised(x).to(out.dtype) * _rows(tables["gain"], "delta", ids, out).to(out.dtype))
         if "bias" in tables:
-            added.append(_rows(tables["bias"]["delta"], ids, out).to(out.dtype))
+            added.append(_rows(tables["bias"], "delta", ids, out).to(out.dtype))
         if "lora" in tables:
             added.append(_lora(x, tables["lora"], ids).reshape(out.shape).to(out.dtype))
         if "shift" in tables:
@@ -202,7 +210,7 @@ class LayerAdapters:
         for delta in added:
             out = out.add_(delta) if inplace else out + delta
         if "scale_out" in tables:
-            out = (out * _rows(tables["scale_out"]["l"], ids, out)).to(out.dtype)  # peft: (result * l).to(result)
+            out = (out * _rows(tables["scale_out"], "l", ids, out)).to(out.dtype)  # peft: (result * l).to(result)
         return out
 
     # ---- one adapter for every example (a bank's active task) -------------------------------------------------
@@ -251,9 +259,14 @@ class LayerAdapters:
             return functional_call(module, unit, (x,))
 
 
-def _rows(table: torch.Tensor, ids: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Each example's row of ``table``, shaped to broadcast over ``like`` (``[batch, ..., features]``)."""
-    picked = table.index_select(0, ids.to(table.device))
+def _pick(table: Dict[str, torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    """Each example's row number in a kind's compact tables."""
+    return table["index"].index_select(0, ids.to(table["index"].device))
+
+
+def _rows(table: Dict[str, torch.Tensor], key: str, ids: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Each example's row of ``table[key]``, shaped to broadcast over ``like`` (``[batch, ..., features]``)."""
+    picked = table[key].index_select(0, _pick(table, ids))
     return picked.view(picked.shape[0], *([1] * (like.dim() - 2)), picked.shape[-1])
 
 
@@ -264,15 +277,16 @@ def _check_layout(name: str, out: torch.Tensor, ids: torch.Tensor) -> None:
 
 
 def _lora(x: torch.Tensor, table: Dict[str, torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
-    A = table["A"].index_select(0, ids.to(table["A"].device))  # noqa: N806 - [batch, r, in]
-    B = table["B"].index_select(0, ids.to(table["B"].device))  # noqa: N806 - [batch, out, r]
+    rows = _pick(table, ids)
+    A = table["A"].index_select(0, rows)  # noqa: N806 - [batch, r, in]
+    B = table["B"].index_select(0, rows)  # noqa: N806 - [batch, out, r]
     flat = x.reshape(x.shape[0], -1, x.shape[-1]).to(A.dtype)
     return torch.bmm(torch.bmm(flat, A.transpose(1, 2)), B.transpose(1, 2))
 
 
 def _shift(h: torch.Tensor, table: Dict[str, torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
-    index = ids.to(table["w"].device)
-    w, c, v = (table[k].index_select(0, index) for k in ("w", "c", "v"))
+    rows = _pick(table, ids)
+    w, c, v = (table[k].index_select(0, rows) for k in ("w", "c", "v"))
     flat = h.reshape(h.shape[0], -1, h.shape[-1]).to(w.dtype)
     alpha = torch.bmm(flat, w.unsqueeze(-1)) + c.view(-1, 1, 1)  # [batch, tokens, 1]
     return alpha * v.unsqueeze(1).to(alpha.dtype)
