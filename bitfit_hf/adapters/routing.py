@@ -35,10 +35,7 @@ __all__ = ["KINDS", "LayerAdapters", "Route", "Router", "route_of", "stock_route
 
 
 def _additive_bias(module: nn.Module) -> bool:
-    """Whether ``module``'s bias is added to its output (peft wrappers: their base layer's)."""
-    base = getattr(module, "get_base_layer", None)
-    if callable(base) and type(module).__module__.startswith("peft."):
-        module = base()
+    """Whether ``module``'s bias is added to its output."""
     if isinstance(module, (nn.Linear, nn.LayerNorm)) or hasattr(module, HOOK_ATTR) or type(module).__name__ == "Conv1D":
         return True
     return _is_norm(module)
