@@ -184,7 +184,7 @@ def _status(pid: int) -> Dict[str, int]:
 
 class Server:
     def __init__(self, adapters_file: str, tokenizer: str, batching: str, threads: int, max_batch: int, wait_ms: float,
-                 device: str = "cpu", dtype: str = "float32", ray_replicas: int = 0):
+                 device: str = "cpu", dtype: str = "float32", ray_replicas: int = 0, admin_token: Optional[str] = None):
         # `bitfit-hf serve` through its own verb module only (the same code path; another verb's state in a
         # working tree being edited cannot stop the benchmark)
         launcher = ("import argparse, logging, sys; from bitfit_hf.cli import serve_cmd; "
@@ -198,6 +198,8 @@ class Server:
         if ray_replicas:
             args += ["--ray", "--replicas", str(ray_replicas), "--replica-cpus", str(threads)]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        if admin_token:
+            env["BITFIT_HF_ADMIN_TOKEN"] = admin_token
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
         self.url = None
         lines = []
@@ -269,6 +271,58 @@ def closed_loop(server: Server, names: List[str], texts: List[str], clients: int
             "failed": len(failures)}
 
 
+CHURN_TOKEN = "serve-load-admin"
+
+
+def build_churn_adapters(root: str, base: Optional[str] = None) -> List[str]:
+    """What the admin adds and removes while traffic runs: a tagger (its first add builds a model for a new head
+    type) and a classifier of another method (an (IA)³ one)."""
+    import torch
+    import transformers as T
+
+    from bitfit_hf import BitFitAdapter, BitFitConfig
+    from bitfit_hf.tuners import apply_method
+    from bitfit_hf.tuners.bitfit_ia3 import IA3Config
+    from bitfit_hf.utils.sentence_pooling import checkpoint_pooling, install_sentence_pooling
+
+    path = base_path(base)
+    folders = []
+    for kind, cls, config in (("tagger", T.AutoModelForTokenClassification, BitFitConfig("all")),
+                              ("ia3", T.AutoModelForSequenceClassification, IA3Config())):
+        torch.manual_seed(1)
+        model = cls.from_pretrained(path, num_labels=3 if kind == "tagger" else 2)
+        if kind == "ia3" and checkpoint_pooling(path) is not None:
+            install_sentence_pooling(model, checkpoint_pooling(path))
+        apply_method(model, config)
+        folder = os.path.join(root, f"churn-{kind}")
+        BitFitAdapter.from_model(model).save_pretrained(folder)
+        folders.append(folder)
+    return folders
+
+
+def admin_churn(server: Server, sources: List[str], stop: threading.Event, pause_s: float = 0.25) -> dict:
+    """Add then remove an adapter, cycling through ``sources``, until ``stop``; the adds' latencies."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    auth = {"Authorization": f"Bearer {CHURN_TOKEN}", "Content-Type": "application/json"}
+    adds: List[float] = []
+    k = 0
+    while not stop.is_set():
+        began = time.perf_counter()
+        conn.request("POST", "/admin/adapters", body=json.dumps({"name": f"churn{k}", "source": sources[k % len(sources)]}),
+                     headers=auth)
+        response = conn.getresponse()
+        response.read()
+        if response.status != 201:
+            raise RuntimeError(f"admin add answered {response.status}")
+        adds.append(time.perf_counter() - began)
+        conn.request("DELETE", f"/admin/adapters/churn{k}", headers=auth)
+        conn.getresponse().read()
+        k += 1
+        stop.wait(pause_s)
+    conn.close()
+    return {"adds": len(adds), "add_ms_max": 1000 * max(adds, default=0.0)}
+
+
 def metrics_of(server: Server) -> Dict[str, float]:
     conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
     conn.request("GET", "/metrics")
@@ -289,12 +343,20 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
     with open(spec_file, "w") as handle:
         json.dump({"adapters": {n: adapters[n] for n in names}}, handle)
     server = Server(spec_file, tokenizer, cfg["batching"], args.threads, args.max_batch_size, args.max_wait_ms,
-                    args.device, args.dtype, cfg.get("ray", 0))
+                    args.device, args.dtype, cfg.get("ray", 0), admin_token=CHURN_TOKEN if cfg.get("churn") else None)
+    churn: Dict[str, float] = {}
     try:
         warm = closed_loop(server, names, texts, args.clients, args.warmup, seed=10_000 + rep)
         before = metrics_of(server)
         cpu_before = _cpu_seconds(server.proc.pid)
+        stop = threading.Event()
+        if cfg.get("churn"):
+            churner = threading.Thread(target=lambda: churn.update(admin_churn(server, args.churn_sources, stop)))
+            churner.start()
         result = closed_loop(server, names, texts, args.clients, args.requests, seed=rep)
+        stop.set()
+        if cfg.get("churn"):
+            churner.join()
         cpu = _cpu_seconds(server.proc.pid) - cpu_before
         after = metrics_of(server)
         memory = _status(server.proc.pid)
@@ -307,7 +369,7 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
     return {**result, "rss_bytes": memory["VmRSS"], "server_cpu_ms": 1000 * cpu / result["requests"], "hwm_bytes": memory["VmHWM"],
             "mean_batch": delta.get("bitfit_serve_batch_size_sum", 0.0) / batches,
             "mean_adapters_per_batch": delta.get("bitfit_serve_batch_adapters_sum", 0.0) / (delta.get("bitfit_serve_batch_adapters_count") or 1.0),
-            "switches": delta.get("bitfit_serve_adapter_switches_total", 0.0)}
+            "switches": delta.get("bitfit_serve_adapter_switches_total", 0.0), **churn}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -329,6 +391,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--ray-replicas", default=None,
                         help="comma list of replica counts: compare the plain server with `serve --ray --replicas N` "
                              "at the largest --adapters count (needs the ray extra)")
+    parser.add_argument("--admin-churn", action="store_true", help="also run the largest count while an admin adds "
+                        "and removes adapters (a tagger and an (IA)3 classifier) every 0.25 s: p99 with and without")
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args(argv)
@@ -353,8 +417,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         configs.append({"key": f"switch-{biggest}", "n": biggest, "batching": "switch",
                         "what": f"(b) {biggest} adapters, switching per forward pass"})
     texts = sentences(200)
-    runs: Dict[str, List[dict]] = {c["key"]: [] for c in configs}
     with tempfile.TemporaryDirectory() as workdir:
+        if args.admin_churn:
+            args.churn_sources = build_churn_adapters(workdir, args.base)
+            configs.append({"key": f"churn-{biggest}", "n": biggest, "batching": "mixed", "churn": True,
+                            "what": f"{biggest} adapters, mixed, while an admin adds and removes adapters"})
+        runs: Dict[str, List[dict]] = {c["key"]: [] for c in configs}
         print(f"building {biggest} adapters ...", file=sys.stderr, flush=True)
         adapters = build_adapters(workdir, biggest, args.base, [m.strip() for m in args.methods.split(",") if m.strip()])
         for rep in range(reps):
@@ -395,6 +463,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         if n > 1 and not args.ray_replicas:
             md.append(f"| (c) one full model copy per task, memory only (computed) | {n} | – | – | – | – | – | – | – | – | "
                       f"{value / 2**20:.0f} | {value / one_rss:.2f}× |")
+    churned = [row for row in rows if row.get("churn")]
+    if churned:
+        plain = runs[f"mixed-{biggest}"]
+        ratio = statistics.median(c["p99_ms"] / p["p99_ms"] for c, p in zip(churned[0]["runs"], plain))
+        adds = statistics.median(r["adds"] for r in churned[0]["runs"])
+        md.append("")
+        md.append(f"While an admin added and removed adapters ({adds:.0f} adds per run, one every 0.25 s or as fast as "
+                  f"they answered: a tagger, whose first add builds a model for a new head type, and an (IA)³ "
+                  f"classifier; slowest add {statistics.median(r['add_ms_max'] for r in churned[0]['runs']):.0f} ms), "
+                  f"the other traffic's p99 was **{ratio:.2f}×** its p99 without adds (median of per-run ratios).")
     md.append("")
     md.append(f"Closed loop: {args.clients} clients, {args.requests} measured requests per run after {args.warmup} "
               f"warm-up, {reps} run(s) per configuration in rotating order (medians; ratios are medians of per-run "

@@ -150,6 +150,7 @@ class MultiTaskModel(nn.Module):
                 routed[name] = (route, tensor)
             self.router.add(task, routed)
         self.router.set_active(self.tasks)
+        self.router.routed_layers()  # the tables, built now rather than in the first forward pass
         self.head_modules = heads
         self._head_tensors = {head: self._head_table(head, modules[head]) for head in heads}
         self._head_modules = {h: modules[h] for h in heads}

@@ -332,6 +332,10 @@ class Engine:
             adapter = await asyncio.to_thread(load_adapter_source, source, revision)  # file / Hub I/O off the loop
         except ServeError as err:
             raise InputError(422, f"adapter {name!r} ({source}) not added: {err}", "load_failed") from None
+        try:  # a new head type's model, built here so that inference goes on meanwhile
+            await asyncio.to_thread(self.registry.prebuild, adapter)
+        except (UserError, ValueError, OSError):
+            pass  # the add on the worker meets the same cause and refuses with it
 
         def change():
             entry = self.registry.add(name, source, revision, adapter)

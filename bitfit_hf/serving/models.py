@@ -12,12 +12,14 @@ run the adapters.
   per-example route), in a bank of their own on a model of their own (its weights shared too).
 * :class:`Registry` decides where an adapter goes and refuses, with one line, what cannot share the base.
 
-Everything here is called from the server's one worker thread (or before it starts): nothing is locked.
+Everything here is called from the server's one worker thread (or before it starts), except
+:meth:`Registry.prebuild`, which builds a new head type's model off it and hands it over under a lock.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -295,6 +297,8 @@ class Registry:
         self.batching = batching
         self.groups: Dict[Tuple[str, str], Any] = {}
         self._entries: Mapping[str, Entry] = MappingProxyType({})
+        self._built: Dict[Tuple[str, str], nn.Module] = {}  # models built ahead, off the worker (prebuild)
+        self._building = threading.Lock()
 
     @property
     def entries(self) -> Mapping[str, Entry]:
@@ -327,10 +331,28 @@ class Registry:
         if reason:
             raise ServeError(reason)
 
+    def _mode(self, adapter: BitFitAdapter) -> Tuple[str, Optional[str]]:
+        reason = "--batching switch" if self.batching == "switch" else mixable(adapter.config)
+        return ("switch" if reason else "mixed"), reason
+
+    def prebuild(self, adapter: BitFitAdapter) -> None:
+        """Build the model a new group for ``adapter`` needs (a new head type), on the calling thread: an admin add
+        calls this off the worker, so inference goes on meanwhile; the worker's add then only takes it. Nothing
+        the worker reads changes here (the backbone's shared tensors are only read)."""
+        if self.backbone.first_config is None:
+            return  # the first model sets the base: built by the add itself
+        key = (adapter.config.architecture, self._mode(adapter)[0])
+        with self._building:
+            if key in self.groups or key in self._built:
+                return
+            self._built[key] = self.backbone.build(adapter)
+
     def _group(self, mode: str, adapter: BitFitAdapter):
         key = (adapter.config.architecture, mode)
         if key not in self.groups:
-            model = self.backbone.build(adapter)
+            with self._building:
+                model = self._built.pop(key, None)
+            model = model if model is not None else self.backbone.build(adapter)
             self.groups[key] = MixedGroup(model) if mode == "mixed" else SwitchGroup(model)
         return key, self.groups[key]
 
@@ -350,8 +372,7 @@ class Registry:
                 refused.append((name, _one_line(err)))
                 continue
             reference = reference or adapter.config
-            reason = "--batching switch" if self.batching == "switch" else mixable(adapter.config)
-            mode = "switch" if reason else "mixed"
+            mode, reason = self._mode(adapter)
             plan.setdefault((adapter.config.architecture, mode), []).append((name, source, revision, adapter, reason))
         retry: List = []
         for (_, mode), group_items in plan.items():

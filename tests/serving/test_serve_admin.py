@@ -97,3 +97,26 @@ def test_an_adapter_that_fails_to_load_leaves_the_others_serving(adapters, start
     assert call(server.url, "GET", "/adapters")[2] == before
     status, _, body = call(server.url, "POST", "/admin/adapters", raw=b"{oops", headers=AUTH)
     assert status == 400 and body["error_type"] == "invalid_json"
+
+
+def test_an_add_builds_a_new_head_types_model_off_the_worker_thread(adapters, start_server, monkeypatch):  # noqa: F811
+    """The worker answers requests while a tagger's model (a new head type) is built for an admin add."""
+    from bitfit_hf.serving.models import Backbone
+
+    builds = []
+    build = Backbone.build
+
+    def recording(self, adapter):
+        builds.append(threading.current_thread().name)
+        return build(self, adapter)
+
+    monkeypatch.setattr(Backbone, "build", recording)
+    server = start_server(specs(adapters, "c0"), admin_token=ADMIN_TOKEN)
+    assert builds == ["MainThread"]  # the first model, at start-up
+    status, _, added = call(server.url, "POST", "/admin/adapters", {"name": "pos", "source": adapters["tag"]}, headers=AUTH)
+    assert status == 201 and added["task"] == "tagging"
+    assert len(builds) == 2 and builds[1] != "bitfit-serve-worker"
+    assert predict(server.url, {"inputs": "the cat", "adapter": "pos"})[0] == 200
+    assert call(server.url, "DELETE", "/admin/adapters/pos", headers=AUTH)[0] == 200
+    assert call(server.url, "POST", "/admin/adapters", {"name": "pos2", "source": adapters["tag"]}, headers=AUTH)[0] == 201
+    assert len(builds) == 2  # the tagger's group is kept: no second build
