@@ -60,6 +60,12 @@ class MethodArguments:
         metadata={"help": "Layer-wise learning-rate decay, e.g. 0.9: layer l of L trains at lr*decay^(L-l); the "
                   "top layer, pooler, final norm and head keep the full rate. Default: off."},
     )
+    role_learning_rates: Optional[List[str]] = field(
+        default=None,
+        metadata={"help": "Learning rates of single roles, ROLE=RATE ... (e.g. --role_learning_rates b_q=1e-2 "
+                  "b_m2=1e-2: the paper finds the query bias and the FFN's intermediate bias move most); other biases "
+                  "keep --bias_learning_rate. Default: off."},
+    )
     added_bias_init: str = field(
         default="zero",
         metadata={"help": "Initial value of biases --add_missing_biases adds: zero (outputs unchanged) or "
@@ -83,7 +89,7 @@ class MethodArguments:
             train_head=self.train_head, add_missing_biases=self.add_missing_biases,
             bias_learning_rate=self.bias_learning_rate, head_learning_rate=self.head_learning_rate,
             save_full_model=self.save_full_model, layerwise_lr_decay=self.layerwise_lr_decay,
-            added_bias_init=self.added_bias_init,
+            added_bias_init=self.added_bias_init, role_learning_rates=role_rates(self.role_learning_rates),
         )
         try:
             self._refuse_flags_of_other_methods(recipe)
@@ -192,3 +198,17 @@ def compose_method_arguments(recipes: Mapping[str, RecipeMethod], default_method
     )
     cls.__module__ = module
     return cls
+
+
+def role_rates(items: Optional[List[str]]) -> Optional[Dict[str, float]]:
+    """``--role_learning_rates b_q=1e-2 b_m2=1e-2`` as ``{role: rate}``; a clear error for a malformed item."""
+    if not items:
+        return None
+    rates = {}
+    for item in words(items):
+        role, _, rate = item.partition("=")
+        try:
+            rates[role] = float(rate)
+        except ValueError:
+            raise RecipeError(f"--role_learning_rates {item!r}: write ROLE=RATE, e.g. b_q=1e-2.") from None
+    return rates

@@ -43,13 +43,14 @@ class CommonFlags:
     save_full_model: bool
     layerwise_lr_decay: Optional[float]
     added_bias_init: str
+    role_learning_rates: Optional[Dict[str, float]] = None
 
     def bitfit_fields(self) -> Dict[str, Any]:
         """The ``BitFitConfig`` fields these flags set, ``bias_terms`` aside (what a method selects is its own)."""
         return dict(patterns=list(self.patterns), train_head=self.train_head, add_missing_biases=self.add_missing_biases,
                     bias_learning_rate=self.bias_learning_rate, head_learning_rate=self.head_learning_rate,
                     save_full_model=self.save_full_model, layerwise_lr_decay=self.layerwise_lr_decay,
-                    added_bias_init=self.added_bias_init)
+                    added_bias_init=self.added_bias_init, role_learning_rates=self.role_learning_rates)
 
 
 @dataclass(frozen=True)

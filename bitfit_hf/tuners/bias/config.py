@@ -35,6 +35,8 @@ class BitFitConfig:
             and the head keep the full rate, the embeddings' norm gets ``decay ** L``. ``None``: off.
         bias_learning_rate / head_learning_rate: per-group learning rates for ``BitFitTrainer``;
             ``None`` uses ``TrainingArguments.learning_rate``.
+        role_learning_rates: ``{role: rate}`` for single roles (``{"b_q": 1e-2, "b_m2": 1e-2}``: the paper finds
+            the query bias and the FFN's intermediate bias move most), over ``bias_learning_rate``.
         save_full_model: ``BitFitTrainer.save_model`` writes a full checkpoint instead of the adapter.
     """
 
@@ -54,6 +56,7 @@ class BitFitConfig:
     layerwise_lr_decay: Optional[float] = None
     added_bias_init: str = "zero"
     reinit_existing_biases: bool = False
+    role_learning_rates: Optional[Dict[str, float]] = None
 
     def __post_init__(self) -> None:
         self.bias_terms = normalize_bias_terms(self.bias_terms)
@@ -72,6 +75,11 @@ class BitFitConfig:
             lr = getattr(self, lr_name)
             if lr is not None and not lr > 0:
                 raise ValueError(f"BitFitConfig.{lr_name} must be a positive number, got {lr!r}.")
+        for role, rate in (self.role_learning_rates or {}).items():
+            if role not in ALL_ROLES:
+                raise ValueError(f"role_learning_rates: {role!r} is no role; roles: {', '.join(ALL_ROLES)}.")
+            if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not rate > 0:
+                raise ValueError(f"role_learning_rates[{role!r}] must be a positive number, got {rate!r}.")
         decay = self.layerwise_lr_decay
         if decay is not None and not 0 < decay <= 1:
             raise ValueError(f"layerwise_lr_decay must be in (0, 1], got {decay!r} (e.g. 0.9).")
@@ -90,7 +98,9 @@ class BitFitConfig:
 
     def learning_rate_for(self, role: str) -> Optional[float]:
         """The learning rate of a trained tensor of ``role`` (``None``: the trainer's)."""
-        return self.head_learning_rate if role == "head" else self.bias_learning_rate
+        if role == "head":
+            return self.head_learning_rate
+        return (self.role_learning_rates or {}).get(role, self.bias_learning_rate)
 
     def layer_lr_scale(self, role: str, depth: int) -> float:
         """Factor on the learning rate of a tensor ``depth`` layers below the top (layer-wise decay)."""
