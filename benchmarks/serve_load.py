@@ -184,7 +184,8 @@ def _status(pid: int) -> Dict[str, int]:
 
 class Server:
     def __init__(self, adapters_file: str, tokenizer: str, batching: str, threads: int, max_batch: int, wait_ms: float,
-                 device: str = "cpu", dtype: str = "float32", ray_replicas: int = 0, admin_token: Optional[str] = None):
+                 device: str = "cpu", dtype: str = "float32", ray_replicas: int = 0, admin_token: Optional[str] = None,
+                 checkout: Optional[str] = None):
         # `bitfit-hf serve` through its own verb module only (the same code path; another verb's state in a
         # working tree being edited cannot stop the benchmark)
         launcher = ("import argparse, logging, sys; from bitfit_hf.cli import serve_cmd; "
@@ -200,7 +201,10 @@ class Server:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         if admin_token:
             env["BITFIT_HF_ADMIN_TOKEN"] = admin_token
-        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        if checkout:  # another checkout's bitfit_hf: `python -c` imports from its working directory first
+            env["PYTHONPATH"] = os.pathsep.join([checkout, *filter(None, [env.get("PYTHONPATH")])])
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+                                     cwd=checkout or None)
         self.url = None
         lines = []
         until = time.monotonic() + 600
@@ -343,7 +347,8 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
     with open(spec_file, "w") as handle:
         json.dump({"adapters": {n: adapters[n] for n in names}}, handle)
     server = Server(spec_file, tokenizer, cfg["batching"], args.threads, args.max_batch_size, args.max_wait_ms,
-                    args.device, args.dtype, cfg.get("ray", 0), admin_token=CHURN_TOKEN if cfg.get("churn") else None)
+                    args.device, args.dtype, cfg.get("ray", 0), admin_token=CHURN_TOKEN if cfg.get("churn") else None,
+                    checkout=cfg.get("checkout"))
     churn: Dict[str, float] = {}
     try:
         warm = closed_loop(server, names, texts, args.clients, args.warmup, seed=10_000 + rep)
@@ -391,6 +396,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--ray-replicas", default=None,
                         help="comma list of replica counts: compare the plain server with `serve --ray --replicas N` "
                              "at the largest --adapters count (needs the ray extra)")
+    parser.add_argument("--baseline-checkout", default=None, help="another checkout of bitfit-hf (a git worktree of "
+                        "an older commit): also run the largest count mixed with its server, in the same rotation")
     parser.add_argument("--admin-churn", action="store_true", help="also run the largest count while an admin adds "
                         "and removes adapters (a tagger and an (IA)3 classifier) every 0.25 s: p99 with and without")
     parser.add_argument("--json", default=None)
@@ -422,6 +429,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             args.churn_sources = build_churn_adapters(workdir, args.base)
             configs.append({"key": f"churn-{biggest}", "n": biggest, "batching": "mixed", "churn": True,
                             "what": f"{biggest} adapters, mixed, while an admin adds and removes adapters"})
+        if args.baseline_checkout:
+            commit = subprocess.run(["git", "-C", args.baseline_checkout, "rev-parse", "--short", "HEAD"],
+                                    capture_output=True, text=True).stdout.strip() or "?"
+            configs.append({"key": f"baseline-{biggest}", "n": biggest, "batching": "mixed",
+                            "checkout": os.path.abspath(args.baseline_checkout),
+                            "what": f"{biggest} adapters, mixed batches, the server of commit {commit}"})
         runs: Dict[str, List[dict]] = {c["key"]: [] for c in configs}
         print(f"building {biggest} adapters ...", file=sys.stderr, flush=True)
         adapters = build_adapters(workdir, biggest, args.base, [m.strip() for m in args.methods.split(",") if m.strip()])
@@ -463,6 +476,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         if n > 1 and not args.ray_replicas:
             md.append(f"| (c) one full model copy per task, memory only (computed) | {n} | – | – | – | – | – | – | – | – | "
                       f"{value / 2**20:.0f} | {value / one_rss:.2f}× |")
+    baseline = [row for row in rows if row.get("checkout")]
+    if baseline:
+        ours = runs[f"mixed-{biggest}"]
+        rps = statistics.median(o["rps"] / b["rps"] for o, b in zip(ours, baseline[0]["runs"]))
+        p99 = statistics.median(o["p99_ms"] / b["p99_ms"] for o, b in zip(ours, baseline[0]["runs"]))
+        md.append("")
+        md.append(f"Against {baseline[0]['what'].split(', ')[-1]}, same adapters and clients, in the same rotation: "
+                  f"**{rps:.2f}×** its requests/s and {p99:.2f}× its p99 (medians of per-run ratios).")
     churned = [row for row in rows if row.get("churn")]
     if churned:
         plain = runs[f"mixed-{biggest}"]

@@ -69,7 +69,22 @@ def test_the_token_budget_splits_a_batch_by_tokens():
     rows = [(0, 0, feature(120)), *((1, i, feature(10)) for i in range(3))]
     assert [[r[2].length for r in c] for c in w._chunks(rows)] == [[120], [10, 10, 10]]
     assert [len(c) for c in worker(max_batch_size=32, max_batch_tokens=30)._chunks(rows[1:])] == [3]
-    assert [len(c) for c in worker(max_batch_size=2, max_batch_tokens=10**6)._chunks(rows)] == [2, 2]
+    assert [len(c) for c in worker(max_batch_size=3, max_batch_tokens=10**6)._chunks(rows)] == [1, 3]
+
+
+def test_inputs_of_very_different_lengths_go_in_passes_of_their_own_when_the_padding_saved_outweighs_a_pass():
+    from bitfit_hf.serving.batcher import PASS_OVERHEAD_TOKENS
+
+    w = worker(max_batch_size=32, max_batch_tokens=10**6)
+
+    def cut(*lengths):
+        return [[r[2].length for r in c] for c in w._chunks([(0, i, feature(n)) for i, n in enumerate(lengths)])]
+
+    assert cut(20, 19, 18, 18, 17) == [[20, 19, 18, 18, 17]]  # little padding: one pass
+    assert cut(60, 58, 12, 11, 10, 10, 9, 9) == [[60, 58], [12, 11, 10, 10, 9, 9]]  # 8 x 60 padded: two passes
+    assert PASS_OVERHEAD_TOKENS > 0
+    many = [30] + [10] * 3  # splitting saves 3 x 20 = 60 padded tokens, more than one pass's overhead
+    assert cut(*many) == ([[30], [10, 10, 10]] if 60 > PASS_OVERHEAD_TOKENS else [many])
 
 
 def test_a_small_token_budget_splits_forward_passes_and_keeps_the_answers(adapters):  # noqa: F811
