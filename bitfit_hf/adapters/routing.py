@@ -29,6 +29,7 @@ from torch import nn
 
 from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bias.layer import HOOK_ATTR
+from bitfit_hf.tuners.bias.selection import is_norm
 from bitfit_hf.tuners.routes import ANY_SHIFT, KINDS, Route
 
 __all__ = ["KINDS", "LayerAdapters", "Route", "Router", "route_of", "stock_route"]
@@ -38,14 +39,7 @@ def _additive_bias(module: nn.Module) -> bool:
     """Whether ``module``'s bias is added to its output."""
     if isinstance(module, (nn.Linear, nn.LayerNorm)) or hasattr(module, HOOK_ATTR) or type(module).__name__ == "Conv1D":
         return True
-    return _is_norm(module)
-
-
-def _is_norm(module: nn.Module) -> bool:
-    """A normalisation layer with a per-feature gain (LayerNorm, RMSNorm-style norms): ``gain * normalise(x) (+ b)``."""
-    weight = getattr(module, "weight", None)
-    return (isinstance(module, nn.LayerNorm) or type(module).__name__.endswith("Norm")) and isinstance(
-        weight, torch.Tensor) and weight.dim() == 1
+    return is_norm(module)
 
 
 def stock_route(modules: Mapping[str, nn.Module], name: str) -> Optional[Route]:
@@ -56,7 +50,7 @@ def stock_route(modules: Mapping[str, nn.Module], name: str) -> Optional[Route]:
         return None
     if attr == "bias" and _additive_bias(module):
         return Route(module_name, "bias")
-    if attr == "weight" and _is_norm(module):
+    if attr == "weight" and is_norm(module):
         return Route(module_name, "gain")
     return None
 
