@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional
 
+from bitfit_hf.tuners.config_fields import from_fields
 from bitfit_hf.tuners.roles import ALL_ROLES
 
 #: Roles of the tensors AdapterBias trains (beside the norms' ``g_<role>`` gains and ``b_<role>`` biases).
@@ -154,15 +155,4 @@ class AdapterBiasConfig:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "AdapterBiasConfig":
-        data = dict(data)
-        for key, neutral in _NEUTRAL.items():
-            if key in data:
-                value = data.pop(key)
-                if value not in neutral:
-                    raise ValueError(f"AdapterBias has no {key!r} setting (got {value!r}): it trains v, L_alpha, "
-                                     "norms and the head only.")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"Unknown AdapterBiasConfig field(s) {unknown}; known fields: {sorted(known)}.")
-        return cls(**data)
+        return from_fields(cls, data, _NEUTRAL, "AdapterBias", "it trains v, L_alpha, norms and the head only")

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
+from bitfit_hf.tuners.config_fields import layer_scale
 from bitfit_hf.tuners.errors import SelectionError
 from bitfit_hf.tuners.roles import ALL_ROLES, PRESETS
 
@@ -104,9 +105,7 @@ class BitFitConfig:
 
     def layer_lr_scale(self, role: str, depth: int) -> float:
         """Factor on the learning rate of a tensor ``depth`` layers below the top (layer-wise decay)."""
-        if self.layerwise_lr_decay is None or role == "head":
-            return 1.0
-        return float(self.layerwise_lr_decay) ** depth
+        return layer_scale(self.layerwise_lr_decay, role, depth)
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional
 
+from bitfit_hf.tuners.config_fields import from_fields, layer_scale
+
 # Fields every adapter records for BitFit; LN tuning has no use for them and accepts them back (an adapter's config
 # hands them to ``from_dict``) only with their neutral values.
 _NEUTRAL = {"bias_terms": ([], None), "patterns": ([], None), "add_missing_biases": (False, None)}
@@ -78,24 +80,11 @@ class LNTuningMethodConfig:
 
     def layer_lr_scale(self, role: str, depth: int) -> float:
         """Factor on the learning rate of a tensor ``depth`` layers below the top (layer-wise decay)."""
-        if self.layerwise_lr_decay is None or role == "head":
-            return 1.0
-        return float(self.layerwise_lr_decay) ** depth
+        return layer_scale(self.layerwise_lr_decay, role, depth)
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "LNTuningMethodConfig":
-        data = dict(data)
-        for key, neutral in _NEUTRAL.items():
-            if key in data:
-                value = data.pop(key)
-                if value not in neutral:
-                    raise ValueError(f"LN tuning has no {key!r} setting (got {value!r}): it trains every "
-                                     "normalisation layer's gain and bias, and the head.")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"Unknown LNTuningMethodConfig field(s) {unknown}; known fields: {sorted(known)}.")
-        return cls(**data)
+        return from_fields(cls, data, _NEUTRAL, "LN tuning", "it trains every normalisation layer's gain and bias, and the head")
