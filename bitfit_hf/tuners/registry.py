@@ -125,6 +125,8 @@ class Method:
 
 
 METHODS: Dict[str, Method] = {}
+#: Hooks of earlier releases that the layer-level routing replaced (Method.route).
+RETIRED_HOOKS = ("batch_router", "bank_modules", "bank_attach", "bank_switch", "bank_layers")
 
 
 def register_method(method: Any) -> Method:
@@ -139,6 +141,11 @@ def register_method(method: Any) -> Method:
         raise TypeError(f"register_method takes a Method, not {type(method).__name__}")
     if not method.name:
         raise ValueError(f"{type(method).__name__} has no name")
+    retired = [hook for hook in RETIRED_HOOKS if hasattr(method, hook)]
+    if retired:
+        warnings.warn(f"{type(method).__qualname__} defines {', '.join(retired)}, which bitfit-hf no longer calls: "
+                      "AdapterBank, MultiTaskModel and the server reach a method's own tensors through route() "
+                      "(a Route per stored tensor; see docs/adding-a-method.md).", FutureWarning, stacklevel=2)
     existing = METHODS.get(method.name)
     if existing is not None:
         raise ValueError(f"A method named {method.name!r} is already registered: {existing!r}. Give "

@@ -69,3 +69,18 @@ def test_the_default_description_states_bias_terms_only_where_the_config_has_the
     assert Method().describe(BitFitConfig("b_q b_v")) == "bitfit (b_q b_v)"
     assert Method().describe(_NoBiasConfig()) == "toy_nobias (scale=2.0)"  # no empty "()" of bias terms
     assert describe_method(BitFitConfig("one-d")) == "bitfit (one-d)"
+
+
+def test_a_method_defining_retired_bank_hooks_is_told_to_define_route():
+    class OldStyle(Method):
+        name = "toy_old_hooks"
+        config_class = BitFitConfig
+
+        def bank_attach(self, model, modules, method_config):
+            return {}
+
+    try:
+        with pytest.warns(FutureWarning, match=r"defines bank_attach, which bitfit-hf no longer calls.*route\(\)"):
+            register_method(OldStyle)
+    finally:
+        unregister_method("toy_old_hooks")
