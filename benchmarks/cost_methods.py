@@ -52,7 +52,8 @@ PLAIN_ROWS = ["plain-full", "plain-bitfit"]
 LEARNING_RATES = {"full": 2e-5, "lora": 5e-4}  # others: 1e-3 (the BitFit paper's range)
 #: The recipes' defaults of the flags every method sees (``recipe_kit``'s ``MethodArguments``), as ``CommonFlags``.
 COMMON_DEFAULTS = dict(bias_terms=[], patterns=[], train_head=True, add_missing_biases=False, bias_learning_rate=None,
-                       head_learning_rate=None, save_full_model=False, layerwise_lr_decay=None, added_bias_init="zero")
+                       head_learning_rate=None, save_full_model=False, layerwise_lr_decay=None, added_bias_init="zero",
+                       role_learning_rates=None)
 _COMMON_FLAG_NAMES = {"bias_patterns": "patterns"}  # recipe flag -> CommonFlags field, where they differ
 
 
