@@ -347,7 +347,7 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
     with open(spec_file, "w") as handle:
         json.dump({"adapters": {n: adapters[n] for n in names}}, handle)
     server = Server(spec_file, tokenizer, cfg["batching"], args.threads, args.max_batch_size, args.max_wait_ms,
-                    args.device, args.dtype, cfg.get("ray", 0), admin_token=CHURN_TOKEN if cfg.get("churn") else None,
+                    args.device, cfg.get("dtype", args.dtype), cfg.get("ray", 0), admin_token=CHURN_TOKEN if cfg.get("churn") else None,
                     checkout=cfg.get("checkout"))
     churn: Dict[str, float] = {}
     try:
@@ -398,6 +398,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "at the largest --adapters count (needs the ray extra)")
     parser.add_argument("--baseline-checkout", default=None, help="another checkout of bitfit-hf (a git worktree of "
                         "an older commit): also run the largest count mixed with its server, in the same rotation")
+    parser.add_argument("--baseline-dtype", default=None, help="the --dtype of the --baseline-checkout server "
+                        "(default: --dtype)")
     parser.add_argument("--admin-churn", action="store_true", help="also run the largest count while an admin adds "
                         "and removes adapters (a tagger and an (IA)3 classifier) every 0.25 s: p99 with and without")
     parser.add_argument("--json", default=None)
@@ -434,7 +436,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                                     capture_output=True, text=True).stdout.strip() or "?"
             configs.append({"key": f"baseline-{biggest}", "n": biggest, "batching": "mixed",
                             "checkout": os.path.abspath(args.baseline_checkout),
-                            "what": f"{biggest} adapters, mixed batches, the server of commit {commit}"})
+                            "dtype": args.baseline_dtype or args.dtype,
+                            "what": f"{biggest} adapters, mixed batches, the server of commit {commit} "
+                                    f"(--dtype {args.baseline_dtype or args.dtype})"})
         runs: Dict[str, List[dict]] = {c["key"]: [] for c in configs}
         print(f"building {biggest} adapters ...", file=sys.stderr, flush=True)
         adapters = build_adapters(workdir, biggest, args.base, [m.strip() for m in args.methods.split(",") if m.strip()])
@@ -482,7 +486,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         rps = statistics.median(o["rps"] / b["rps"] for o, b in zip(ours, baseline[0]["runs"]))
         p99 = statistics.median(o["p99_ms"] / b["p99_ms"] for o, b in zip(ours, baseline[0]["runs"]))
         md.append("")
-        md.append(f"Against {baseline[0]['what'].split(', ')[-1]}, same adapters and clients, in the same rotation: "
+        md.append(f"Against {baseline[0]['what'].split(', ', 2)[-1]}, same adapters and clients, in the same rotation: "
                   f"**{rps:.2f}×** its requests/s and {p99:.2f}× its p99 (medians of per-run ratios).")
     churned = [row for row in rows if row.get("churn")]
     if churned:
