@@ -350,7 +350,12 @@ class Router:
             if layer.has(adapter, "scale_in"):
                 handles.append(layer.module.register_forward_pre_hook(_pre_hook(layer, adapter)))
             handles.append(layer.module.register_forward_hook(_post_hook(layer, adapter)))
-        return lambda: [handle.remove() for handle in handles] and None
+
+        def release() -> None:
+            for handle in handles:
+                handle.remove()
+
+        return release
 
     @contextlib.contextmanager
     def route(self, ids: torch.Tensor) -> Iterator[None]:
