@@ -10,10 +10,15 @@ a random head along with them.
 Every head the recipes build is covered by the loss its model uses:
 
 * sequence classification (``*ForSequenceClassification``): cross-entropy, or mean squared error for one
-  output (regression); a head that reads the first token of the sequence (RoBERTa, MPNet) gets that
-  token's vector only;
+  output (regression);
 * token classification: cross-entropy over the labelled tokens (label ``-100`` is ignored);
 * extractive QA (``qa_outputs``): cross-entropy of the start and of the end position over the sequence.
+
+The probe is linear: a head with a hidden layer of its own (RoBERTa's and MPNet's ``dense`` + tanh +
+``out_proj``) has only its output layer fitted, on what that layer reads with the hidden layer as
+initialised; the hidden layer trains with the method afterwards. Fitting the whole two-layer head instead
+(590k parameters for a base-size encoder) drives the training loss to near zero on a thousand examples:
+the head then overfits, and leaves the method nothing to learn from.
 
 The fit is deterministic (full batch, no sampling), costs one forward pass over the training data plus
 a fraction of a second, and leaves the head at a minimum of its objective on the cache (tested).
@@ -35,7 +40,8 @@ from bitfit_hf.tuners.state import detect_head_modules
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProbeError", "ProbeCache", "ProbeResult", "head_kind", "collect_head_inputs", "fit_head", "probe_head"]
+__all__ = ["ProbeError", "ProbeCache", "ProbeResult", "head_kind", "collect_head_inputs", "fit_head", "probe_head",
+           "probe_layer"]
 
 #: The L2 penalty on the head's weights (per example: mean loss + l2/2 * ||W||^2); a light one, like
 #: scikit-learn's LogisticRegression at C=0.1 on a few thousand examples.
@@ -70,6 +76,20 @@ def _head_module(model: nn.Module) -> tuple[str, nn.Module]:
     return names[0], getattr(model, names[0])
 
 
+def probe_layer(model: nn.Module) -> tuple[str, nn.Linear]:
+    """The layer the probe fits, by name: the head itself where it is one linear layer, otherwise the head's
+    last linear layer (its output layer; :func:`collect_head_inputs` checks that it is)."""
+    name, head = _head_module(model)
+    if isinstance(head, nn.Linear):
+        return name, head
+    linears = [(sub, module) for sub, module in head.named_modules() if isinstance(module, nn.Linear)]
+    if not linears:
+        raise ProbeError(f"The head {name} ({type(head).__name__}) has no linear layer for a linear probe to fit. "
+                         "Run without --probe_head_start.")
+    sub, layer = linears[-1]
+    return f"{name}.{sub}", layer
+
+
 @dataclass
 class ProbeCache:
     """What the head reads, cached once: ``inputs`` (one tensor per batch) and the targets of the loss."""
@@ -77,7 +97,6 @@ class ProbeCache:
     kind: str
     inputs: List[torch.Tensor]
     targets: List[Dict[str, torch.Tensor]]
-    first_token: bool = False  # a sequence head that reads the first token of a (B, T, H) input
     seconds: float = 0.0
     truncated: bool = False  # the cache reached its size limit before the last batch
 
@@ -116,15 +135,22 @@ def _forward_keys(model: nn.Module) -> set:
 def collect_head_inputs(model: nn.Module, batches, device: Optional[torch.device] = None,
                         max_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES) -> ProbeCache:
     """Run ``model`` (in eval mode, no gradient) over ``batches`` (dicts of tensors, as a collator gives them)
-    and cache what its head module reads, with the loss targets of each batch; once the cache holds
-    ``max_cache_bytes``, the remaining batches are left out (``ProbeCache.truncated``)."""
+    and cache what the probe's layer (:func:`probe_layer`) reads, with the loss targets of each batch; once the
+    cache holds ``max_cache_bytes``, the remaining batches are left out (``ProbeCache.truncated``)."""
     kind = head_kind(model)
     _, head = _head_module(model)
+    _, layer = probe_layer(model)
     device = device or next(model.parameters()).device
     captured: List[torch.Tensor] = []
+    outputs: Dict[str, torch.Tensor] = {}
 
     def grab(module, args, kwargs):
         captured.append((args[0] if args else next(iter(kwargs.values()))).detach())
+
+    def keep_output(key):
+        def hook(module, args, output):
+            outputs[key] = output
+        return hook
 
     keys = _forward_keys(model)
     target_keys = {"sequence": ("labels",), "token": ("labels",), "qa": ("start_positions", "end_positions")}[kind]
@@ -132,7 +158,9 @@ def collect_head_inputs(model: nn.Module, batches, device: Optional[torch.device
     cached_bytes, truncated = 0, False
     was_training = model.training
     model.eval()
-    handle = head.register_forward_pre_hook(grab, with_kwargs=True)
+    handles = [layer.register_forward_pre_hook(grab, with_kwargs=True)]
+    if layer is not head:  # the layer must be the head's output: nothing may follow it
+        handles += [layer.register_forward_hook(keep_output("layer")), head.register_forward_hook(keep_output("head"))]
     start = time.perf_counter()
     try:
         for batch in batches:
@@ -150,23 +178,25 @@ def collect_head_inputs(model: nn.Module, batches, device: Optional[torch.device
             captured.clear()
             model(**wanted)
             if len(captured) != 1:
-                raise ProbeError(f"The head module ran {len(captured)} times in one forward pass; the probe needs once.")
+                raise ProbeError(f"The head's output layer ran {len(captured)} times in one forward pass; the probe "
+                                 "needs once. Run without --probe_head_start.")
+            if layer is not head and outputs.pop("layer") is not outputs.pop("head"):
+                raise ProbeError(f"The head {type(head).__name__} transforms its last linear layer's output, so a "
+                                 "linear probe cannot fit it. Run without --probe_head_start.")
             feature = captured[0].float()
             target = {k: batch[k].to(device) for k in target_keys}
             if kind == "token":  # keep the labelled tokens only: (M, H) and their labels
                 labels = target["labels"]
                 keep = labels != -100
                 feature, target = feature[keep], {"labels": labels[keep]}
-            if kind == "sequence" and feature.dim() == 3:  # RoBERTa / MPNet heads read features[:, 0]
-                feature = feature[:, :1].contiguous()
             inputs.append(feature)
             targets.append(target)
             cached_bytes += feature.numel() * feature.element_size()
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
         model.train(was_training)
-    first_token = kind == "sequence" and bool(inputs) and inputs[0].dim() == 3
-    return ProbeCache(kind, inputs, targets, first_token, time.perf_counter() - start, truncated)
+    return ProbeCache(kind, inputs, targets, time.perf_counter() - start, truncated)
 
 
 def _batch_loss(kind: str, logits: torch.Tensor, target: Dict[str, torch.Tensor]) -> torch.Tensor:
@@ -250,8 +280,9 @@ def _train_accuracy(head: nn.Module, cache: ProbeCache) -> Optional[float]:
 
 def probe_head(model: nn.Module, batches, l2: float = DEFAULT_L2, max_iter: int = DEFAULT_MAX_ITER,
                device: Optional[Any] = None, max_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES) -> ProbeResult:
-    """Cache what ``model``'s head reads over ``batches`` and fit the head on it (in place); see the module."""
-    name, head = _head_module(model)
+    """Cache what ``model``'s head output layer reads over ``batches`` and fit that layer on it (in place); see
+    the module."""
+    name, head = probe_layer(model)
     cache = collect_head_inputs(model, batches, device, max_cache_bytes)
     if cache.truncated:
         logger.warning("Probe head start: the cache reached %.1f GB, so the head is fitted on the first %d cached "

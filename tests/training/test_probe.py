@@ -12,6 +12,7 @@ from bitfit_hf.training.probe import (
     collect_head_inputs,
     head_kind,
     probe_head,
+    probe_layer,
     probe_objective,
 )
 
@@ -112,16 +113,33 @@ def test_the_probe_reproduces_a_closed_form_ridge_regression():
     assert torch.allclose(head.bias.double(), solution[d:], atol=1e-3)
 
 
-def test_a_head_that_reads_the_first_token_is_fitted_on_that_token():
+def test_a_head_with_a_hidden_layer_has_only_its_output_layer_fitted():
+    """RoBERTa's and MPNet's heads are dense + tanh + out_proj: the probe stays linear (fitting the whole head
+    overfits a small training set), so out_proj is fitted on what it reads and dense keeps its initial values."""
     torch.manual_seed(0)
     config = T.RobertaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                              vocab_size=120, max_position_embeddings=64, num_labels=3)
     model = T.RobertaForSequenceClassification(config).eval()
+    dense = {n: p.detach().clone() for n, p in model.classifier.dense.named_parameters()}
     batches = _batches("sequence")
+    assert probe_layer(model) == ("classifier.out_proj", model.classifier.out_proj)
     cache = collect_head_inputs(model, batches)
-    assert cache.first_token and cache.inputs[0].shape[1:] == (1, 32)
-    result = probe_head(model, batches)
-    assert result.loss_after < result.loss_before
+    assert cache.inputs[0].shape == (8, 32)  # out_proj's input: the first token through dense + tanh
+    result = probe_head(model, batches, l2=1e-2)
+    assert result.head == "classifier.out_proj" and result.loss_after < result.loss_before
+    for name, param in model.classifier.dense.named_parameters():
+        assert torch.equal(param, dense[name]), name
+    layer = model.classifier.out_proj
+    grads = torch.autograd.grad(probe_objective(layer, cache, 1e-2)(), list(layer.parameters()))
+    assert max(float(g.abs().max()) for g in grads) < 5e-4  # out_proj at the stationary point of its objective
+
+
+def test_a_head_that_changes_its_output_layers_answer_is_refused():
+    torch.manual_seed(0)
+    model = _model("sequence")
+    model.classifier = torch.nn.Sequential(torch.nn.Linear(32, 3), torch.nn.Tanh())
+    with pytest.raises(ProbeError, match="transforms its last linear layer's output"):
+        probe_head(model, _batches("sequence"))
 
 
 def test_heads_the_probe_cannot_fit_are_refused_with_the_way_out():
