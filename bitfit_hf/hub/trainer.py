@@ -154,7 +154,10 @@ class HubPushMixin:
         cfg = self.method_config
         extra = {**{k: v for k, v in cfg.to_dict().items() if k.endswith("learning_rate")},  # every method's rates
                  "total_train_batch_size": self.args.train_batch_size * self.args.gradient_accumulation_steps
-                 * max(1, self.args.world_size)}
+                 * max(1, self.args.world_size),
+                 "probe_head_start": bool(getattr(self, "probe_head_start", False))}  # the head's start: part of the recipe
+        if extra["probe_head_start"] and getattr(self, "probe_l2", None) is not None:
+            extra["probe_l2"] = self.probe_l2
         return dict(
             base_model=finetuned_from or None,
             eval_results=results or None,

@@ -123,6 +123,28 @@ def default_rate_for_model(recipe, rate: Optional[float], model_name_or_path: Op
     return rate, ""
 
 
+def default_probe_head_start(method: str, defaults: "RecipeDefaults", recipe, model_name_or_path: Optional[str],
+                             revision: Optional[str] = None, gguf_file: Optional[str] = None):
+    """``(on, note)``: whether ``--method`` starts from the converged probe without ``--probe_head_start``, and the
+    sentence the run's log says about it ("" where nothing needs saying). Only a method in
+    ``defaults.small_model_probe_head_start`` reads the model's width."""
+    if recipe.probe_head_start or method in defaults.probe_head_start:
+        return True, ""
+    if method not in defaults.small_model_probe_head_start:
+        return False, ""
+    width = model_width(model_name_or_path, defaults.default_model_asset, revision, gguf_file)
+    shown = model_name_or_path or defaults.default_model_asset
+    if width is None:
+        return False, (f"--probe_head_start false: --method {method} starts from the converged probe on models "
+                       f"narrower than {BASE_SIZE_WIDTH} only, and the width of {shown} could not be read before "
+                       "loading. Pass --probe_head_start to start from it.")
+    if is_base_size(width):
+        return False, (f"--probe_head_start false: on a base-size model ({shown} has hidden size {width}) --method "
+                       f"{method} ended lower from the converged probe than from a random head "
+                       "(docs/probe-head-start.md). Pass --probe_head_start to start from it anyway.")
+    return True, ""
+
+
 _COMPOSED: Dict[str, Any] = {}  # what was last composed from the registry, and the registry's recipes it came from
 
 
@@ -215,6 +237,8 @@ class RecipeDefaults:
         probe_head_start: the methods this recipe starts from the converged linear probe unless
             ``--probe_head_start false`` (besides those whose ``RecipeMethod.probe_head_start`` says so): where it
             was measured to win on this recipe's task.
+        small_model_probe_head_start: the methods it starts from the probe on models narrower than base size only
+            (:mod:`~bitfit_hf.recipe_kit.model_size`): where it won on a small encoder and lost on a base-size one.
     """
 
     recipe: str
@@ -225,6 +249,7 @@ class RecipeDefaults:
     offline_learning_rates: Dict[str, float] = field(default_factory=dict)
     default_model_asset: str = "minilm"
     probe_head_start: Tuple[str, ...] = ()
+    small_model_probe_head_start: Tuple[str, ...] = ()
 
 
 @dataclass
@@ -263,7 +288,7 @@ def recipe_prog() -> str:
     return os.environ.get(PROG_ENV) or os.path.basename(sys.argv[0])
 
 
-def default_notes(method: str, rate_follows_model: bool) -> Dict[str, str]:
+def default_notes(method: str, rate_follows_model: bool, method_small_only: bool = False) -> Dict[str, str]:
     """Where each default a recipe sets comes from, for ``--help`` (keyed by flag name; other recipe defaults read
     "this recipe's default")."""
     return {
@@ -274,7 +299,8 @@ def default_notes(method: str, rate_follows_model: bool) -> Dict[str, str]:
         "do_train": "neither --do_train, --do_eval nor --do_predict given",
         "do_eval": "neither --do_train, --do_eval nor --do_predict given",
         "output_dir": "outputs/<recipe>-<task>-<method>",
-        "probe_head_start": f"--method {method} starts from the converged probe",
+        "probe_head_start": f"--method {method} starts from the converged probe"
+                            + (" on this model" if method_small_only else ""),
     }
 
 
@@ -376,8 +402,14 @@ def parse_recipe_args(
             owner, chosen["learning_rate"], model["config_name"] or model["model_name_or_path"],
             defaults.default_model_asset, model["model_revision"], model["gguf_file"])
         notes += [note] if note else []
-    if recipes[method].probe_head_start or method in defaults.probe_head_start:
-        chosen["probe_head_start"] = True
+    rate_follows_model = bool(notes)
+    if "probe_head_start" not in given:
+        head_start, note = default_probe_head_start(
+            method, defaults, recipes[method], model["config_name"] or model["model_name_or_path"],
+            model["model_revision"], model["gguf_file"])
+        if head_start:
+            chosen["probe_head_start"] = True
+        notes += [note] if note else []
     if default_use_cpu():
         chosen["use_cpu"] = True
     if not given & {"do_train", "do_eval", "do_predict"}:
@@ -391,7 +423,7 @@ def parse_recipe_args(
         applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}{variant}")
 
     if not from_file and {"-h", "--help"} & set(argv):  # the help shows the values this run would use
-        known_notes = default_notes(method, bool(notes))
+        known_notes = default_notes(method, rate_follows_model, method in defaults.small_model_probe_head_start)
         parser = recipe_parser(types, {key: known_notes.get(key, "this recipe's default") for key in applied})
         parser.set_defaults(**applied)
 

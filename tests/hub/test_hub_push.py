@@ -233,6 +233,7 @@ def test_trainer_hub_flags_push_only_adapter_and_card(hub_server, hf_home, tmp_p
     assert result["metrics"][0]["type"] == "accuracy" and result["metrics"][0]["value"] == pytest.approx(out["accuracy"])
     body = files["README.md"].decode()
     assert "| learning_rate | 0.005 |" in body and "hub_token" not in body
+    assert "| probe_head_start | False |" in body  # how the head started is part of what reproduces the run
     assert hub_server.find_bytes(DEFAULT_TOKEN) == []
     assert_no_token_in_files(out_dir, hf_home)
 
