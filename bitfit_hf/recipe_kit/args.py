@@ -31,10 +31,11 @@ module was imported is a ``--method`` choice too.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bitfit_hf.recipe_kit.arg_groups import (
     DataArguments,
@@ -104,14 +105,16 @@ def _rates_help(rates: dict, base_rates: Optional[dict] = None) -> str:
 
 
 def default_rate_for_model(recipe, rate: Optional[float], model_name_or_path: Optional[str], default_asset: str,
-                           revision: Optional[str] = None, gguf_file: Optional[str] = None):
+                           revision: Optional[str] = None, gguf_file: Optional[str] = None,
+                           read_width: Optional[Callable[[], Optional[int]]] = None):
     """``(rate, note)``: the method's default learning rate for the model named, and the sentence the run's log says
     about the choice ("" when the small-model rate stands unremarked). Only a method with a base-size rate of its own
-    (``RecipeMethod.base_size_learning_rate``) reads the model's width."""
+    (``RecipeMethod.base_size_learning_rate``) reads the model's width (through ``read_width`` where given: one read
+    per command line)."""
     base = recipe.base_size_learning_rate
     if base is None or base == rate:
         return rate, ""
-    width = model_width(model_name_or_path, default_asset, revision, gguf_file)
+    width = read_width() if read_width else model_width(model_name_or_path, default_asset, revision, gguf_file)
     shown = model_name_or_path or default_asset
     if width is None:
         return rate, (f"--learning_rate {rate:g}: the small-model default of --method {recipe.name}, since the width of "
@@ -124,7 +127,8 @@ def default_rate_for_model(recipe, rate: Optional[float], model_name_or_path: Op
 
 
 def default_probe_head_start(method: str, defaults: "RecipeDefaults", recipe, model_name_or_path: Optional[str],
-                             revision: Optional[str] = None, gguf_file: Optional[str] = None):
+                             revision: Optional[str] = None, gguf_file: Optional[str] = None,
+                             read_width: Optional[Callable[[], Optional[int]]] = None):
     """``(on, note)``: whether ``--method`` starts from the converged probe without ``--probe_head_start``, and the
     sentence the run's log says about it ("" where nothing needs saying). Only a method in
     ``defaults.small_model_probe_head_start`` reads the model's width."""
@@ -132,7 +136,8 @@ def default_probe_head_start(method: str, defaults: "RecipeDefaults", recipe, mo
         return True, ""
     if method not in defaults.small_model_probe_head_start:
         return False, ""
-    width = model_width(model_name_or_path, defaults.default_model_asset, revision, gguf_file)
+    width = read_width() if read_width else model_width(model_name_or_path, defaults.default_model_asset, revision,
+                                                        gguf_file)
     shown = model_name_or_path or defaults.default_model_asset
     if width is None:
         return False, (f"--probe_head_start false: --method {method} starts from the converged probe on models "
@@ -397,16 +402,18 @@ def parse_recipe_args(
         chosen["learning_rate"] = defaults.offline_learning_rates[rate_key]
         owner = recipes[rate_key]
     notes: List[str] = []
+    sized = model["config_name"] or model["model_name_or_path"]  # read once, only if a default depends on it
+    read_width = functools.cache(lambda: model_width(sized, defaults.default_model_asset, model["model_revision"],
+                                                     model["gguf_file"]))
     if "learning_rate" not in given and "learning_rate" in chosen:
         chosen["learning_rate"], note = default_rate_for_model(
-            owner, chosen["learning_rate"], model["config_name"] or model["model_name_or_path"],
-            defaults.default_model_asset, model["model_revision"], model["gguf_file"])
+            owner, chosen["learning_rate"], sized, defaults.default_model_asset, model["model_revision"],
+            model["gguf_file"], read_width)
         notes += [note] if note else []
     rate_follows_model = bool(notes)
     if "probe_head_start" not in given:
-        head_start, note = default_probe_head_start(
-            method, defaults, recipes[method], model["config_name"] or model["model_name_or_path"],
-            model["model_revision"], model["gguf_file"])
+        head_start, note = default_probe_head_start(method, defaults, recipes[method], sized, model["model_revision"],
+                                                    model["gguf_file"], read_width)
         if head_start:
             chosen["probe_head_start"] = True
         notes += [note] if note else []

@@ -61,3 +61,18 @@ def test_a_model_whose_width_cannot_be_read_starts_from_a_random_head_and_says_h
     parsed = parse_recipe_args(_Data, SMALL_ONLY, ["--model_name_or_path", "org/not-cached"])
     assert parsed.training.probe_head_start is False
     assert any("could not be read" in n and "Pass --probe_head_start" in n for n in parsed.notes)
+
+
+def test_the_width_is_read_once_for_both_defaults_that_follow_it(tmp_path, monkeypatch):
+    """BitFit's base-size rate and its head start both follow the width: one read of the config serves both."""
+    import bitfit_hf.recipe_kit.args as recipe_args
+
+    calls = []
+    real = recipe_args.model_width
+    monkeypatch.setattr(recipe_args, "model_width", lambda *a, **k: calls.append(a) or real(*a, **k))
+    parsed = parse_recipe_args(_Data, SMALL_ONLY, ["--model_name_or_path", _folder(tmp_path, "wide", 768)])
+    from bitfit_hf.tuners import recipe_methods
+
+    assert parsed.training.probe_head_start is False
+    assert parsed.training.learning_rate == recipe_methods()["bitfit"].base_size_learning_rate
+    assert len(calls) == 1
