@@ -145,8 +145,9 @@ def default_probe_head_start(method: str, defaults: "RecipeDefaults", recipe, mo
                        "loading. Pass --probe_head_start to start from it.")
     if is_base_size(width):
         return False, (f"--probe_head_start false: on a base-size model ({shown} has hidden size {width}) --method "
-                       f"{method} ended lower from the converged probe than from a random head "
-                       "(docs/probe-head-start.md). Pass --probe_head_start to start from it anyway.")
+                       f"{method} starts from a random head; the converged probe is its default on models narrower "
+                       f"than {BASE_SIZE_WIDTH} only (docs/probe-head-start.md). Pass --probe_head_start to start from "
+                       "it anyway.")
     return True, ""
 
 

@@ -76,3 +76,17 @@ def test_the_width_is_read_once_for_both_defaults_that_follow_it(tmp_path, monke
     assert parsed.training.probe_head_start is False
     assert parsed.training.learning_rate == recipe_methods()["bitfit"].base_size_learning_rate
     assert len(calls) == 1
+
+
+def test_the_glue_recipe_starts_bitfit_and_lora_from_the_probe_on_minilm_only():
+    """The measured defaults (docs/probe-head-start.md): BitFit and LoRA gained on MiniLM on both seeds; on mpnet
+    BitFit lost, and no other method gained on both seeds."""
+    from recipe_support import load_recipe
+
+    glue = load_recipe("glue")
+    for method, on_minilm in (("bitfit", True), ("lora", True), ("ia3", False), ("bitfit_lora", False),
+                              ("adapterbias", False), ("full", False)):
+        assert parse_recipe_args(glue.GlueDataArguments, glue.DEFAULTS,
+                                 ["--method", method]).training.probe_head_start is on_minilm, method
+        assert parse_recipe_args(glue.GlueDataArguments, glue.DEFAULTS,
+                                 ["--method", method, "--model_name_or_path", "mpnet"]).training.probe_head_start is False
