@@ -76,7 +76,7 @@ DEFAULTS = RecipeDefaults(
     # 3,200 of the 8,568 training sentences keep the default run to a few minutes on 2 CPU cores.
     offline={"max_train_samples": 3200},
     # BitFit and LoRA start from the converged probe of the head on a small encoder, where it won on both seeds;
-    # on a base-size one BitFit ended lower than from a random head (docs/probe-head-start.md).
+    # on a base-size one both ended lower than from a random head (docs/probe-head-start.md).
     small_model_probe_head_start=("bitfit", "lora"),
 )
 

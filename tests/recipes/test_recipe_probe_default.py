@@ -80,7 +80,7 @@ def test_the_width_is_read_once_for_both_defaults_that_follow_it(tmp_path, monke
 
 def test_the_glue_recipe_starts_bitfit_and_lora_from_the_probe_on_minilm_only():
     """The measured defaults (docs/probe-head-start.md): BitFit and LoRA gained on MiniLM on both seeds; on mpnet
-    BitFit lost, and no other method gained on both seeds."""
+    both lost, and no other method gained on MiniLM on both seeds."""
     from recipe_support import load_recipe
 
     glue = load_recipe("glue")
