@@ -127,17 +127,15 @@ def default_rate_for_model(recipe, rate: Optional[float], model_name_or_path: Op
 
 
 def default_probe_head_start(method: str, defaults: "RecipeDefaults", recipe, model_name_or_path: Optional[str],
-                             revision: Optional[str] = None, gguf_file: Optional[str] = None,
-                             read_width: Optional[Callable[[], Optional[int]]] = None):
+                             read_width: Callable[[], Optional[int]]):
     """``(on, note)``: whether ``--method`` starts from the converged probe without ``--probe_head_start``, and the
     sentence the run's log says about it ("" where nothing needs saying). Only a method in
-    ``defaults.small_model_probe_head_start`` reads the model's width."""
+    ``defaults.small_model_probe_head_start`` calls ``read_width`` (the width of ``model_name_or_path``)."""
     if recipe.probe_head_start or method in defaults.probe_head_start:
         return True, ""
     if method not in defaults.small_model_probe_head_start:
         return False, ""
-    width = read_width() if read_width else model_width(model_name_or_path, defaults.default_model_asset, revision,
-                                                        gguf_file)
+    width = read_width()
     shown = model_name_or_path or defaults.default_model_asset
     if width is None:
         return False, (f"--probe_head_start false: --method {method} starts from the converged probe on models "
@@ -413,8 +411,7 @@ def parse_recipe_args(
         notes += [note] if note else []
     rate_follows_model = bool(notes)
     if "probe_head_start" not in given:
-        head_start, note = default_probe_head_start(method, defaults, recipes[method], sized, model["model_revision"],
-                                                    model["gguf_file"], read_width)
+        head_start, note = default_probe_head_start(method, defaults, recipes[method], sized, read_width)
         if head_start:
             chosen["probe_head_start"] = True
         notes += [note] if note else []
