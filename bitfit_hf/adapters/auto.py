@@ -12,6 +12,7 @@ from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.data.assets import named_model_or, packaged_copy_or
 from bitfit_hf.utils.base_loading import loading_kwargs, remember_base_loading
+from bitfit_hf.utils.errors import first_line
 from bitfit_hf.utils.quiet import transformers_errors_only
 
 
@@ -90,7 +91,7 @@ class AutoBitFitModel:
                 model = model_cls.from_pretrained(source, **kwargs)
         except OSError as err:  # not found locally, not on the Hub, or the Hub out of reach
             raise AdapterError(
-                f"Cannot load the adapter's base model {source!r}: {str(err).strip().splitlines()[0]} Pass a local "
+                f"Cannot load the adapter's base model {source!r}: {first_line(err)} Pass a local "
                 "copy of it as base_model= (`--base-model DIR` on the command line), or put it in the Hugging "
                 "Face cache (the packaged default bases: `bitfit-hf assets path minilm`, `... mpnet`)."
             ) from None
@@ -140,6 +141,6 @@ def load_tokenizer(adapter: Union[str, os.PathLike, BitFitAdapter], base_model: 
         return transformers.AutoTokenizer.from_pretrained(source, **kwargs)
     except OSError as err:
         raise AdapterError(
-            f"Cannot load the tokenizer of the adapter's base {source!r}: {str(err).strip().splitlines()[0]} Pass a "
+            f"Cannot load the tokenizer of the adapter's base {source!r}: {first_line(err)} Pass a "
             "local copy as base_model= (the packaged default bases: `bitfit-hf assets path minilm`, `... mpnet`)."
         ) from None

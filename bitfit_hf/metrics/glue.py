@@ -48,10 +48,6 @@ class GlueTask:
     def __getitem__(self, key: str) -> Any:  # dict-style access: GLUE_TASKS["rte"]["num_labels"]
         return getattr(self, key)
 
-    @property
-    def main_metric(self) -> str:
-        return self.metric_names[0]
-
 
 GLUE_TASKS: dict[str, GlueTask] = {
     t.name: t

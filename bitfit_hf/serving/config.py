@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional
 
 from bitfit_hf.inference.inputs import DOC_STRIDE
-from bitfit_hf.utils.errors import UserError
+from bitfit_hf.utils.errors import UserError, first_line
 
 #: The environment variable holding the admin token (the admin routes are off without it).
 ADMIN_TOKEN_ENV = "BITFIT_HF_ADMIN_TOKEN"
@@ -134,8 +134,8 @@ def read_adapters_file(path: str) -> tuple:
 
             data = yaml.safe_load(text)
     except Exception as err:  # noqa: BLE001 - json / yaml parse errors, one line
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ServeError(f"the adapters file {path!r} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: {first}") from None
+        raise ServeError(f"the adapters file {path!r} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: "
+                         f"{first_line(err)}") from None
     if not isinstance(data, dict) or "adapters" not in data:
         raise ServeError(f"the adapters file {path!r} needs an 'adapters' mapping (name: folder or Hub id).")
     entries = data["adapters"]

@@ -28,7 +28,7 @@ from bitfit_hf.serving.metrics import Metrics
 from bitfit_hf.serving.models import TASKS, Backbone, Entry, Registry
 from bitfit_hf.serving.tasks import InputError, refused
 from bitfit_hf.utils.constants import __version__
-from bitfit_hf.utils.errors import UserError
+from bitfit_hf.utils.errors import UserError, first_line
 from bitfit_hf.utils.secrets import SecretStr
 
 logger = logging.getLogger(__name__)
@@ -39,14 +39,9 @@ def load_adapter_source(source: str, revision: Optional[str] = None) -> BitFitAd
     try:
         return BitFitAdapter.from_pretrained(source, **({"revision": revision} if revision else {}))
     except UserError as err:
-        raise ServeError(_one_line(err)) from None
+        raise ServeError(first_line(err)) from None
     except (OSError, ValueError) as err:
-        raise ServeError(f"cannot load {source!r}: {_one_line(err)}") from None
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+        raise ServeError(f"cannot load {source!r}: {first_line(err)}") from None
 
 
 def load_tokenizer(folders: List[str], base: Optional[str]):
@@ -345,7 +340,7 @@ class Engine:
         try:
             return await self._on_worker(change)
         except (UserError, ValueError) as err:
-            raise InputError(422, f"adapter {name!r} ({source}) not added: {_one_line(err)}", "load_failed") from None
+            raise InputError(422, f"adapter {name!r} ({source}) not added: {first_line(err)}", "load_failed") from None
 
     async def remove(self, name: str) -> None:
         if name not in self.registry.entries:

@@ -36,7 +36,7 @@ from bitfit_hf.data.assets import packaged_copy_or
 from bitfit_hf.serving.config import ServeError
 from bitfit_hf.tuners import method_spec
 from bitfit_hf.utils.base_loading import loading_kwargs
-from bitfit_hf.utils.errors import UserError
+from bitfit_hf.utils.errors import UserError, first_line
 from bitfit_hf.utils.fingerprint import SKETCH_TOLERANCE, sketch_difference
 
 logger = logging.getLogger(__name__)
@@ -111,8 +111,7 @@ class Backbone:
         except UserError:
             raise
         except (OSError, ValueError) as err:  # transformers: the class does not fit this checkpoint
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ServeError(f"its base cannot be loaded as {cfg.architecture}: {first_line}") from None
+            raise ServeError(f"its base cannot be loaded as {cfg.architecture}: {first_line(err)}") from None
         model.requires_grad_(False)
         if not getattr(model, "quantization_method", None) and not getattr(model, "hf_quantizer", None):
             model.to(device=self.device, dtype=self.dtype)
@@ -138,13 +137,6 @@ class Backbone:
                     and ref.device == param.device and torch.equal(ref, param.data)):
                 param.data = ref
                 self.shared_tensors += 1
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip()
-    if isinstance(err, KeyError) and err.args:
-        text = str(err.args[0])
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _size_bytes(adapter: BitFitAdapter) -> int:
@@ -369,7 +361,7 @@ class Registry:
                 if name in entries or any(name == n for items_ in plan.values() for n, *_ in items_):
                     raise ServeError(f"an adapter named {name!r} is already served.")
             except UserError as err:
-                refused.append((name, _one_line(err)))
+                refused.append((name, first_line(err)))
                 continue
             reference = reference or adapter.config
             mode, reason = self._mode(adapter)
@@ -390,7 +382,7 @@ class Registry:
         try:
             key, group = self._group(mode, group_items[0][3])
         except (UserError, ValueError, OSError) as err:
-            refused.extend((item[0], _one_line(err)) for item in group_items)
+            refused.extend((item[0], first_line(err)) for item in group_items)
             return
         accepted = []
         for item in group_items:
@@ -398,12 +390,12 @@ class Registry:
                 group.add(item[0], item[3])
                 accepted.append(item)
             except (UserError, ValueError, KeyError) as err:
-                refused.append((item[0], _one_line(err)))
+                refused.append((item[0], first_line(err)))
         if mode == "mixed" and accepted:
             failed = dict(group.rebuild([item[0] for item in accepted]))
             for item in accepted:
                 if item[0] in failed:
-                    retry.append((*item[:4], f"not routable per example: {_one_line(failed[item[0]])}"))
+                    retry.append((*item[:4], f"not routable per example: {first_line(failed[item[0]])}"))
             accepted = [item for item in accepted if item[0] not in failed]
         for item in accepted:
             entries[item[0]] = self._entry(item, mode, key)

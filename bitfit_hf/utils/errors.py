@@ -22,6 +22,14 @@ class UserError(Exception):
     """Bad input; the message says what is wrong and how to fix it."""
 
 
+def first_line(err: BaseException) -> str:
+    """An exception's message cut to its first line (a ``KeyError``'s key without the quotes ``str`` adds),
+    or its type's name when it has none: what a one-line refusal quotes."""
+    text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+    text = text.strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def exit_on_user_error(run: Callable[[], T], prog: str) -> T:
     """Call ``run``; a :class:`UserError` becomes ``prog: error: message`` on stderr and exit status 2."""
     try:

@@ -211,7 +211,7 @@ def test_a_rate_that_collapses_a_tiny_bert_is_reported_within_the_first_epoch(tm
         report, losses, level = _tiny_run(tmp_path, learning_rate)
     assert min(losses[-3:]) >= 0.98 * level, f"the run was meant to collapse: {losses}"
     assert report is not None and report.kind == "constant", losses
-    assert report.step == 12 and report.step <= 16
+    assert report.step == 12
     assert len(_warnings(caplog)) == 1
 
 

@@ -44,10 +44,6 @@ class BitFitLoraState(TunerState):
         super().__init__(selection, added_biases, fingerprint)
         self.lora_modules = lora_modules
 
-    @property
-    def lora_parameter_names(self) -> List[str]:
-        return [e.name for e in self.selection.entries if e.role == LORA]
-
     def merged_state_dict(self, model: nn.Module) -> Dict[str, torch.Tensor]:
         """The model's state dict in stock names with every LoRA update folded into its base weight."""
         model = unwrap(model)
