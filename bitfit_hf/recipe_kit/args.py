@@ -331,6 +331,103 @@ def recipe_parser(dataclass_types, help_notes: Optional[Dict[str, str]] = None):
     return RecipeArgumentParser(dataclass_types, help_notes)
 
 
+@dataclass
+class CommandLineFacts:
+    """What a recipe's defaults depend on, read from the command line (or arguments file) before the full parse."""
+
+    given: set  # flag names the user set
+    method: str
+    model: Dict[str, Optional[str]]  # MODEL_FLAGS
+    switches: Dict[str, Any]  # the methods' output-suffix flags
+    dataset_name: Optional[str]
+    file_values: Optional[Dict[str, Any]] = None  # the arguments file's keys, when the run was given one
+
+
+def read_command_line_facts(argv: List[str], training_class: type, suffix_flags: List[str]) -> CommandLineFacts:
+    """The flags the defaults depend on: from a lone ``.json`` / ``.yaml`` arguments file, or from ``argv`` by a
+    permissive first pass (the full parse, which knows every flag, comes after the defaults are chosen)."""
+    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+        values = load_args_file(os.path.abspath(os.path.expanduser(argv[0])))
+        values = {k: expand_home(v) if k in PATH_FLAGS else v for k, v in values.items()}
+        if "group_by_length" in values and "group_by_length" not in getattr(training_class, "__dataclass_fields__", {}):
+            if str(values.pop("group_by_length")).lower() in ("true", "1", "yes"):
+                values["train_sampling_strategy"] = "group_by_length"
+        return CommandLineFacts(set(values), values.get("method", DEFAULT_METHOD),
+                                {key: values.get(key) for key in MODEL_FLAGS},
+                                {flag: values.get(flag, False) for flag in suffix_flags}, values.get("dataset_name"),
+                                values)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--method", default=DEFAULT_METHOD)
+    pre.add_argument("--dataset_name", "--dataset-name", default=None)
+    for key in MODEL_FLAGS:
+        pre.add_argument(f"--{key}", f"--{key.replace('_', '-')}", default=None)
+    for flag in suffix_flags:
+        pre.add_argument(f"--{flag}", nargs="?", const="true", default="false")
+    known, _ = pre.parse_known_args(argv)
+    return CommandLineFacts(given_keys(argv), known.method, {key: getattr(known, key) for key in MODEL_FLAGS},
+                            {flag: getattr(known, flag) for flag in suffix_flags}, known.dataset_name)
+
+
+@dataclass
+class ChosenDefaults:
+    """The values a recipe sets for flags the user left out, and what the run's log and ``--help`` say of them."""
+
+    values: Dict[str, Any]
+    offline_data: bool
+    notes: List[str]
+    rate_follows_model: bool
+
+
+def choose_defaults(facts: CommandLineFacts, defaults: RecipeDefaults, data_class: type) -> ChosenDefaults:
+    """The recipe's defaults for this run: offline data and its caps when no data source is named, the method's
+    learning rate (the recipe's offline rate, then the model's width), the probe head start, the device and the
+    do_train / do_eval switches. Flags the user set are left out by the caller."""
+    composed = _composed()
+    recipes, rates = composed["RECIPE_METHODS"], composed["DEFAULT_LEARNING_RATES"]
+    method, recipe = facts.method, composed["RECIPE_METHODS"][facts.method]
+    data_fields = set(getattr(data_class, "__dataclass_fields__", {}))
+    sources = [flag for flag in DATA_SOURCE_FLAGS if flag in data_fields]
+    offline_data = not any(flag in facts.given for flag in sources) or facts.dataset_name == defaults.offline_dataset
+
+    chosen: Dict[str, Any] = {}
+    if offline_data:
+        chosen["dataset_name"] = defaults.offline_dataset
+        if defaults.offline_task and "task_name" in data_fields:
+            chosen["task_name"] = defaults.offline_task
+        chosen.update(defaults.offline)
+    chosen.update(defaults.training)
+    if method in rates:  # a method without a default rate gets TrainingArguments' own
+        chosen["learning_rate"] = rates[method]
+    like = recipe.learning_rate_like  # the random baselines follow BitFit's offline rate
+    rate_key = like if like and method not in defaults.offline_learning_rates else method
+    owner = recipe  # whose base-size rate a wide model gets: the method whose rate was taken
+    if offline_data and rate_key in defaults.offline_learning_rates:
+        chosen["learning_rate"] = defaults.offline_learning_rates[rate_key]
+        owner = recipes[rate_key]
+    notes: List[str] = []
+    model = facts.model
+    sized = model["config_name"] or model["model_name_or_path"]  # read once, only if a default depends on it
+    read_width = functools.cache(lambda: model_width(sized, defaults.default_model_asset, model["model_revision"],
+                                                     model["gguf_file"]))
+    if "learning_rate" not in facts.given and "learning_rate" in chosen:
+        chosen["learning_rate"], note = default_rate_for_model(
+            owner, chosen["learning_rate"], sized, defaults.default_model_asset, model["model_revision"],
+            model["gguf_file"], read_width)
+        notes += [note] if note else []
+    rate_follows_model = bool(notes)
+    if "probe_head_start" not in facts.given:
+        head_start, note = default_probe_head_start(method, defaults, recipe, sized, read_width)
+        if head_start:
+            chosen["probe_head_start"] = True
+        notes += [note] if note else []
+    if default_use_cpu():
+        chosen["use_cpu"] = True
+    if not facts.given & {"do_train", "do_eval", "do_predict"}:
+        chosen["do_train"] = True
+        chosen["do_eval"] = True
+    return ChosenDefaults(chosen, offline_data, notes, rate_follows_model)
+
+
 def parse_recipe_args(
     data_class: type,
     defaults: RecipeDefaults,
@@ -346,100 +443,36 @@ def parse_recipe_args(
     training_class = training_class or recipe_training_class(TrainingArguments)
     argv = expand_home_in_argv(list(sys.argv[1:] if argv is None else argv))
     argv = group_by_length_alias(argv, training_class)
-    composed = _composed()
-    recipes, rates = composed["RECIPE_METHODS"], composed["DEFAULT_LEARNING_RATES"]
-    types = (ModelArguments, data_class, composed["BitFitArguments"], training_class)
-    parser = recipe_parser(types)
+    recipes = _composed()["RECIPE_METHODS"]
+    types = (ModelArguments, data_class, _composed()["BitFitArguments"], training_class)
 
     # A method's own boolean flags that keep its runs' default output folders apart (--share_alpha: -shared).
     suffix_flags = list(dict.fromkeys(flag for recipe in recipes.values() for flag, _ in recipe.output_suffix))
-    from_file = len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml"))
-    if from_file:
-        file_values = load_args_file(os.path.abspath(os.path.expanduser(argv[0])))
-        file_values = {k: expand_home(v) if k in PATH_FLAGS else v for k, v in file_values.items()}
-        if "group_by_length" in file_values and "group_by_length" not in getattr(training_class, "__dataclass_fields__", {}):
-            if str(file_values.pop("group_by_length")).lower() in ("true", "1", "yes"):
-                file_values["train_sampling_strategy"] = "group_by_length"
-        given = set(file_values)
-        method = file_values.get("method", DEFAULT_METHOD)
-        model = {key: file_values.get(key) for key in MODEL_FLAGS}
-        switches = {flag: file_values.get(flag, False) for flag in suffix_flags}
-        dataset_name = file_values.get("dataset_name")
-    else:
-        given = given_keys(argv)
-        pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-        pre.add_argument("--method", default=DEFAULT_METHOD)
-        pre.add_argument("--dataset_name", "--dataset-name", default=None)
-        for key in MODEL_FLAGS:
-            pre.add_argument(f"--{key}", f"--{key.replace('_', '-')}", default=None)
-        for flag in suffix_flags:
-            pre.add_argument(f"--{flag}", nargs="?", const="true", default="false")
-        known, _ = pre.parse_known_args(argv)
-        method, dataset_name = known.method, known.dataset_name
-        model = {key: getattr(known, key) for key in MODEL_FLAGS}
-        switches = {flag: getattr(known, flag) for flag in suffix_flags}
+    facts = read_command_line_facts(argv, training_class, suffix_flags)
+    method = facts.method
     if method not in recipes:
         raise RecipeError(f"--method {method!r}: choose one of {', '.join(recipes)}.")
-
-    data_fields = {f for f in getattr(data_class, "__dataclass_fields__", {})}
-    sources = [flag for flag in DATA_SOURCE_FLAGS if flag in data_fields]
-    offline_data = not any(flag in given for flag in sources) or dataset_name == defaults.offline_dataset
-
-    chosen: Dict[str, Any] = {}
-    if offline_data:
-        chosen["dataset_name"] = defaults.offline_dataset
-        if defaults.offline_task and "task_name" in data_fields:
-            chosen["task_name"] = defaults.offline_task
-        chosen.update(defaults.offline)
-    chosen.update(defaults.training)
-    if method in rates:  # a method without a default rate gets TrainingArguments' own
-        chosen["learning_rate"] = rates[method]
-    like = recipes[method].learning_rate_like  # the random baselines follow BitFit's offline rate
-    rate_key = like if like and method not in defaults.offline_learning_rates else method
-    owner = recipes[method]  # whose base-size rate a wide model gets: the method whose rate was taken
-    if offline_data and rate_key in defaults.offline_learning_rates:
-        chosen["learning_rate"] = defaults.offline_learning_rates[rate_key]
-        owner = recipes[rate_key]
-    notes: List[str] = []
-    sized = model["config_name"] or model["model_name_or_path"]  # read once, only if a default depends on it
-    read_width = functools.cache(lambda: model_width(sized, defaults.default_model_asset, model["model_revision"],
-                                                     model["gguf_file"]))
-    if "learning_rate" not in given and "learning_rate" in chosen:
-        chosen["learning_rate"], note = default_rate_for_model(
-            owner, chosen["learning_rate"], sized, defaults.default_model_asset, model["model_revision"],
-            model["gguf_file"], read_width)
-        notes += [note] if note else []
-    rate_follows_model = bool(notes)
-    if "probe_head_start" not in given:
-        head_start, note = default_probe_head_start(method, defaults, recipes[method], sized, read_width)
-        if head_start:
-            chosen["probe_head_start"] = True
-        notes += [note] if note else []
-    if default_use_cpu():
-        chosen["use_cpu"] = True
-    if not given & {"do_train", "do_eval", "do_predict"}:
-        chosen["do_train"] = True
-        chosen["do_eval"] = True
-    applied = {key: value for key, value in chosen.items() if key not in given}
-    if "output_dir" not in given:
-        task = task_label(argv, file_values if from_file else None, applied, defaults.recipe)
+    chosen = choose_defaults(facts, defaults, data_class)
+    applied = {key: value for key, value in chosen.values.items() if key not in facts.given}
+    if "output_dir" not in facts.given:
+        task = task_label(argv, facts.file_values, applied, defaults.recipe)
         variant = "".join(suffix for flag, suffix in recipes[method].output_suffix
-                          if str(switches[flag]).lower() in ("true", "1", "yes"))
+                          if str(facts.switches[flag]).lower() in ("true", "1", "yes"))
         applied["output_dir"] = os.path.join("outputs", f"{defaults.recipe}-{task}-{method}{variant}")
 
-    if not from_file and {"-h", "--help"} & set(argv):  # the help shows the values this run would use
-        known_notes = default_notes(method, rate_follows_model, method in defaults.small_model_probe_head_start)
+    parser = recipe_parser(types)
+    if facts.file_values is None and {"-h", "--help"} & set(argv):  # the help shows the values this run would use
+        known_notes = default_notes(method, chosen.rate_follows_model, method in defaults.small_model_probe_head_start)
         parser = recipe_parser(types, {key: known_notes.get(key, "this recipe's default") for key in applied})
         parser.set_defaults(**applied)
 
-    if from_file:
-        values = {**applied, **file_values}
+    if facts.file_values is not None:
         known = _field_names(parser)
-        unknown_keys = [key for key in file_values if key not in known]
+        unknown_keys = [key for key in facts.file_values if key not in known]
         if unknown_keys:
             raise RecipeError(f"unknown key(s) in {argv[0]}: {', '.join(unknown_keys)}. "
                               + _nearest_hint([f"--{key}" for key in unknown_keys], parser))
-        parsed = parser.parse_dict(values)
+        parsed = parser.parse_dict({**applied, **facts.file_values})
     else:
         *parsed, remaining = parser.parse_args_into_dataclasses(args=to_argv(applied) + argv, look_for_args_file=False,
                                                                  return_remaining_strings=True)
@@ -447,4 +480,4 @@ def parse_recipe_args(
             raise RecipeError(f"unknown option(s): {' '.join(remaining)}. "
                               + _nearest_hint([s for s in remaining if s.startswith("--")], parser))
     model_args, data_args, bitfit_args, training_args = parsed
-    return ParsedArgs(model_args, data_args, bitfit_args, training_args, applied, offline_data, notes)
+    return ParsedArgs(model_args, data_args, bitfit_args, training_args, applied, chosen.offline_data, chosen.notes)
