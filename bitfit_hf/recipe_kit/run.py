@@ -418,7 +418,7 @@ def save_metrics(trainer, split: str, metrics: Dict[str, float]) -> None:
 
 
 def write_trainable_summary(trainer, output_dir: str) -> None:
-    """``trainable_summary.json`` for every method (the adapter save writes it for BitFit too)."""
+    """``trainable_summary.json`` for every method: an adapter's save writes it too, a full model's save does not."""
     if not trainer.is_world_process_zero():
         return
     summary = trainer.tuner_state.summary

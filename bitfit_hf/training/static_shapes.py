@@ -42,7 +42,7 @@ class BucketPadding:
     """A padding collator (``DataCollatorWithPadding``, ``DataCollatorForTokenClassification``, or any dataclass
     collator with ``padding`` / ``max_length`` fields) that pads each batch to the smallest of ``buckets`` that
     holds its longest example. A batch longer than every bucket is padded to its own length (a shape of its own;
-    the recipes truncate at the largest bucket, so it does not happen there)."""
+    the recipes' last bucket is ``--max_seq_length``, where they truncate, so it does not happen there)."""
 
     def __init__(self, collator: Any, buckets: Sequence[int]):
         if not dataclasses.is_dataclass(collator) or not {"padding", "max_length"} <= {
