@@ -30,9 +30,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cost_methods import canonical, label, names_help, parse_row, prepare_model, warn_aliases  # noqa: E402
-from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
+from cost_methods import canonical, label, names_help, parse_row, prepare_model, warn_aliases
+from report import footer, load_average, machine_info, write_outputs  # benchmarks/report.py
 
 METHODS = ("bitfit", "lora", "bitfit_lora")  # the default comparison; --methods may add full or any other row
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm")

@@ -44,8 +44,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
+from report import footer, load_average, machine_info, write_outputs  # benchmarks/report.py
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

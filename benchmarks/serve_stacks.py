@@ -31,9 +31,8 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import serve_load as load  # noqa: E402 - benchmarks/serve_load.py
-from report import footer, load_average, machine_info, write_outputs  # noqa: E402
+import serve_load as load  # benchmarks/serve_load.py
+from report import footer, load_average, machine_info, write_outputs
 
 LITSERVE_APP = r'''
 import json, sys

@@ -21,8 +21,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
+from report import footer, load_average, machine_info, write_outputs  # benchmarks/report.py
 
 
 def measure(model_name: str, method: str, dropout: bool, batch: int, seq: int, reps: int, top_ops: int,

@@ -39,9 +39,8 @@ import tempfile
 import time
 from typing import Callable, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cost_models import SyntheticDataset  # noqa: E402 - the synthetic batches of every training benchmark
-from report import footer, load_average, machine_info, write_outputs  # noqa: E402 - benchmarks/report.py
+from cost_models import SyntheticDataset  # the synthetic batches of every training benchmark
+from report import footer, load_average, machine_info, write_outputs  # benchmarks/report.py
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -52,18 +52,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Dict, List, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # benchmarks/: report.py (machine, footer), cost_models.py, cost_methods.py, cost_workers.py, cost_report.py
-from cost_methods import DEFAULT_ROWS, PLAIN_ROWS, canonical, check_row, names_help, parse_row, warn_aliases  # noqa: E402
-from cost_models import FULL_DEFAULTS, GPU_BATCH, MODELS, mpnet_source  # noqa: E402
-from cost_report import aggregate, markdown_table, target_lines  # noqa: E402
-from cost_workers import memory_worker, run_speed, run_worker, speed_worker  # noqa: E402
-from report import footer, load_average, machine_info, write_outputs  # noqa: E402
+from cost_methods import DEFAULT_ROWS, PLAIN_ROWS, canonical, check_row, names_help, parse_row, warn_aliases
+from cost_models import FULL_DEFAULTS, GPU_BATCH, MODELS, mpnet_source
+from cost_report import aggregate, markdown_table, target_lines
+from cost_workers import memory_worker, run_speed, run_worker, speed_worker
+from report import footer, load_average, machine_info, write_outputs
 
 
 def _cpu_has_bf16() -> bool:
