@@ -384,7 +384,7 @@ def choose_defaults(facts: CommandLineFacts, defaults: RecipeDefaults, data_clas
     do_train / do_eval switches. Flags the user set are left out by the caller."""
     composed = _composed()
     recipes, rates = composed["RECIPE_METHODS"], composed["DEFAULT_LEARNING_RATES"]
-    method, recipe = facts.method, composed["RECIPE_METHODS"][facts.method]
+    method, recipe = facts.method, recipes[facts.method]
     data_fields = set(getattr(data_class, "__dataclass_fields__", {}))
     sources = [flag for flag in DATA_SOURCE_FLAGS if flag in data_fields]
     offline_data = not any(flag in facts.given for flag in sources) or facts.dataset_name == defaults.offline_dataset
@@ -443,8 +443,9 @@ def parse_recipe_args(
     training_class = training_class or recipe_training_class(TrainingArguments)
     argv = expand_home_in_argv(list(sys.argv[1:] if argv is None else argv))
     argv = group_by_length_alias(argv, training_class)
-    recipes = _composed()["RECIPE_METHODS"]
-    types = (ModelArguments, data_class, _composed()["BitFitArguments"], training_class)
+    composed = _composed()
+    recipes = composed["RECIPE_METHODS"]
+    types = (ModelArguments, data_class, composed["BitFitArguments"], training_class)
 
     # A method's own boolean flags that keep its runs' default output folders apart (--share_alpha: -shared).
     suffix_flags = list(dict.fromkeys(flag for recipe in recipes.values() for flag, _ in recipe.output_suffix))
