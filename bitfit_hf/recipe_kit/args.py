@@ -50,6 +50,7 @@ from bitfit_hf.recipe_kit.argv import (
     expand_home_in_argv,
     given_keys,
     group_by_length_alias,
+    group_by_length_key,
     load_args_file,
     task_label,
     to_argv,
@@ -349,9 +350,7 @@ def read_command_line_facts(argv: List[str], training_class: type, suffix_flags:
     if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
         values = load_args_file(os.path.abspath(os.path.expanduser(argv[0])))
         values = {k: expand_home(v) if k in PATH_FLAGS else v for k, v in values.items()}
-        if "group_by_length" in values and "group_by_length" not in getattr(training_class, "__dataclass_fields__", {}):
-            if str(values.pop("group_by_length")).lower() in ("true", "1", "yes"):
-                values["train_sampling_strategy"] = "group_by_length"
+        values = group_by_length_key(values, training_class)
         return CommandLineFacts(set(values), values.get("method", DEFAULT_METHOD),
                                 {key: values.get(key) for key in MODEL_FLAGS},
                                 {flag: values.get(flag, False) for flag in suffix_flags}, values.get("dataset_name"),

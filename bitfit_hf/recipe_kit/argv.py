@@ -88,11 +88,28 @@ def group_by_length_alias(argv: List[str], training_class: type) -> List[str]:
         i += 1
         if not eq and not value:
             value = "true"
-        if str(value).lower() in ("true", "1", "yes"):
+        if group_by_length_on(value):
             out += ["--train_sampling_strategy", "group_by_length"]
-        elif str(value).lower() not in ("false", "0", "no"):
-            raise RecipeError(f"--group_by_length {value!r}: give true or false (or use --train_sampling_strategy).")
     return out
+
+
+def group_by_length_on(value: Any) -> bool:
+    """A ``group_by_length`` value as a switch; anything but true / false is refused."""
+    if str(value).lower() in ("true", "1", "yes"):
+        return True
+    if str(value).lower() in ("false", "0", "no"):
+        return False
+    raise RecipeError(f"--group_by_length {value!r}: give true or false (or use --train_sampling_strategy).")
+
+
+def group_by_length_key(values: Dict[str, Any], training_class: type) -> Dict[str, Any]:
+    """An arguments file's ``group_by_length`` key as transformers 5 spells it (see :func:`group_by_length_alias`)."""
+    if "group_by_length" not in values or "group_by_length" in getattr(training_class, "__dataclass_fields__", {}):
+        return values
+    values = dict(values)
+    if group_by_length_on(values.pop("group_by_length")):
+        values["train_sampling_strategy"] = "group_by_length"
+    return values
 
 
 def load_args_file(path: str) -> Dict[str, Any]:

@@ -99,6 +99,21 @@ def test_recipe_flags_parse():
     assert _parse().model.attn_implementation is None  # transformers' own choice (sdpa for BERT)
 
 
+def test_group_by_length_in_an_arguments_file(tmp_path):
+    """An arguments file's ``group_by_length`` key means what the flag means, and a bad value is refused alike."""
+    glue = load_recipe("glue")
+
+    def parse_file(value):
+        path = tmp_path / "args.json"
+        path.write_text(json.dumps({"output_dir": str(tmp_path / "out"), "group_by_length": value}))
+        return parse_recipe_args(glue.GlueDataArguments, glue.DEFAULTS, [str(path)])
+
+    assert parse_file(True).training.train_sampling_strategy == "group_by_length"
+    assert parse_file("false").training.train_sampling_strategy == "random"
+    with pytest.raises(RecipeError, match="--group_by_length 'maybe'"):
+        parse_file("maybe")
+
+
 def test_frozen_dtype_refused_before_loading(tmp_path):
     """Explicit bfloat16 without --bf16 stops the run before anything loads, with the flag to change."""
     with pytest.raises(FrozenDtypeError, match="--bf16"):
