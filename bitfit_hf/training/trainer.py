@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import inspect
 import logging
@@ -152,6 +153,7 @@ class BitFitTrainerBase(Trainer):
         self._clipped_parameters: Optional[List[nn.Parameter]] = None
         self._nonfinite_on_device = bool(self.args.logging_nan_inf_filter) and keeps_running_loss(Trainer)
         self._nonfinite_window = NonFiniteWindow()
+        self._user_args: Dict[str, Any] = {}  # fields of self.args set aside for a while (_args_set): the user's values
         self._problem_type_pending = bool(self.args.torch_compile)  # settle_problem_type: once, at the first batch
         self.drop_last_train_batch = bool(drop_last_train_batch if drop_last_train_batch is not None
                                           else getattr(self.args, "drop_last_train_batch", False))
@@ -340,14 +342,35 @@ class BitFitTrainerBase(Trainer):
     @contextlib.contextmanager
     def _args_set(self, name: str, value: Any, when: bool = True):
         """``self.args.<name>`` is ``value`` inside the block (when ``when``), and what it was after: the Trainer
-        reads one flag in several places that want it differently (training, evaluation)."""
+        reads one flag in several places that want it differently (training, evaluation). The user's value is
+        what a checkpoint's ``training_args.bin`` records (:meth:`_save_user_args`)."""
         before = getattr(self.args, name)
+        overridden = self._user_args
+        outermost = when and name not in overridden
         if when:
+            if outermost:
+                overridden[name] = before
             setattr(self.args, name, value)
         try:
             yield
         finally:
             setattr(self.args, name, before)
+            if outermost:
+                del overridden[name]
+
+    def _save_user_args(self, output_dir: str) -> None:
+        """``training_args.bin`` with the user's values of the fields set aside meanwhile (``Trainer`` pickles
+        ``self.args`` as it is at the time), written atomically."""
+        path = os.path.join(output_dir, "training_args.bin")
+        overridden = self._user_args
+        if not overridden or not os.path.isfile(path):
+            return
+        args = copy.copy(self.args)
+        for name, value in overridden.items():
+            setattr(args, name, value)
+        partial = path + ".partial"
+        torch.save(args, partial)
+        os.replace(partial, path)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """``Trainer.training_step``; a non-finite loss is replaced for logging on the device (the value
@@ -465,7 +488,10 @@ class BitFitTrainerBase(Trainer):
 
     def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
         if self.method_config.save_full_model or self.method_config.is_full_finetuning:
-            return super().save_model(output_dir, _internal_call)
+            super().save_model(output_dir, _internal_call)
+            if self.args.should_save:
+                self._save_user_args(output_dir or self.args.output_dir)
+            return None
         output_dir = output_dir or self.args.output_dir
         tensors = self.adapter_tensors()
         if self.args.should_save:
@@ -490,12 +516,11 @@ class BitFitTrainerBase(Trainer):
         if self.args.should_save:
             clear_marker(folder)
         limit = self.args.save_total_limit
-        self.args.save_total_limit = None  # Trainer rotates inside; we rotate after marking
         self._writing_checkpoint = True  # build_adapter keeps training-only tensors
         try:
-            super()._save_checkpoint(model, trial)
+            with self._args_set("save_total_limit", None):  # Trainer rotates inside; we rotate after marking
+                super()._save_checkpoint(model, trial)
         finally:
-            self.args.save_total_limit = limit
             self._writing_checkpoint = False
         self.accelerator.wait_for_everyone()
         if self.args.should_save:

@@ -166,6 +166,19 @@ def test_save_model_writes_adapter_or_full_model(minilm_dir, dataset, tmp_path, 
     assert "model.safetensors" in os.listdir(tmp_path / "full")
 
 
+def test_full_model_checkpoints_record_the_users_training_arguments(minilm_dir, dataset, tmp_path):
+    """The fields BitFitTrainer sets aside while it trains (the loss filter, the checkpoint limit) are pickled in each
+    checkpoint's training_args.bin with the user's values, and are the user's again after training."""
+    trainer = BitFitTrainer(load_minilm(minilm_dir), args(tmp_path, save_strategy="steps", save_steps=2, max_steps=2,
+                                                          save_total_limit=3, logging_nan_inf_filter=True),
+                            train_dataset=dataset, method_config=BitFitConfig("all", save_full_model=True))
+    trainer.train()
+    saved = torch.load(tmp_path / "out" / "checkpoint-2" / "training_args.bin", weights_only=False)  # written here
+    assert (saved.save_total_limit, saved.logging_nan_inf_filter) == (3, True)
+    assert (trainer.args.save_total_limit, trainer.args.logging_nan_inf_filter) == (3, True)
+    assert not [name for name in os.listdir(tmp_path / "out" / "checkpoint-2") if name.endswith(".partial")]
+
+
 def test_loss_scaling_detection():
     tiny = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100)
     assert not loss_uses_num_items(T.BertForSequenceClassification(T.BertConfig(**tiny)))
