@@ -31,14 +31,10 @@ from bitfit_hf.inference.batches import collate, per_row
 from bitfit_hf.inference.inputs import Feature
 from bitfit_hf.serving.metrics import Metrics
 from bitfit_hf.serving.models import Registry
+from bitfit_hf.serving.pass_cost import PassCost
 from bitfit_hf.serving.tasks import InputError
 
 logger = logging.getLogger(__name__)
-
-#: What one forward pass costs beyond its tokens, in tokens: the per-pass work (Python, per-layer calls, the
-#: routing's gathers) that splitting a batch repeats. A batch is split by length only when the padding it saves
-#: is larger (measured for all-MiniLM-L6-v2 on a CPU; see docs/serving.md).
-PASS_OVERHEAD_TOKENS = 32
 
 
 class QueueFull(Exception):
@@ -94,6 +90,7 @@ class Worker:
         self._paused = False
         self.draining = False
         self.batches = 0
+        self.pass_cost = PassCost()  # what a forward pass costs beyond its tokens, learned from this worker's passes
         self._thread = threading.Thread(target=self._run, name="bitfit-serve-worker", daemon=True)
 
     # ---- any thread ---------------------------------------------------------------------------
@@ -191,11 +188,12 @@ class Worker:
 
     def _chunks(self, rows: List[Tuple[int, int, Feature]]) -> List[List[Tuple[int, int, Feature]]]:
         """``rows`` (longest first) cut into forward passes within both caps, where the cut computes the fewest
-        tokens: each pass costs its rows times its longest row (padding included) plus
-        :data:`PASS_OVERHEAD_TOKENS` (what a pass costs beyond its tokens), so inputs of very different lengths
+        tokens: each pass costs its rows times its longest row (padding included) plus what a pass costs beyond
+        its tokens (:attr:`pass_cost`, learned from this worker's passes), so inputs of very different lengths
         go in passes of their own when the padding saved is worth a pass. A row past the token cap alone is a
         pass of its own."""
         lengths = [row[2].length for row in rows]
+        overhead = self.pass_cost.overhead_tokens
         n = len(rows)
         best = [0.0] + [float("inf")] * n  # best[k]: the cheapest cut of the first k rows
         cut = [0] * (n + 1)
@@ -203,7 +201,7 @@ class Worker:
             for start in range(end - 1, -1, -1):  # rows[start:end] padded to rows[start]'s length
                 if end - start > 1 and not self._fits(end - start, lengths[start]):
                     break
-                cost = best[start] + (end - start) * lengths[start] + PASS_OVERHEAD_TOKENS
+                cost = best[start] + (end - start) * lengths[start] + overhead
                 if cost < best[end]:
                     best[end], cut[end] = cost, start
         chunks: List[List[Tuple[int, int, Feature]]] = []
@@ -293,16 +291,22 @@ class Worker:
             try:
                 batch = collate([enc for _, _, enc in chunk], self.pad_id, self.left_padding, device)
                 began = time.perf_counter()
+                switched = False
                 if mixed:
                     out = group.forward(batch, tasks)
                     logits, raw = out.logits, out.outputs
                 else:
                     switches = getattr(group, "switches", 0)
                     raw = group.forward(batch, tasks[0])
-                    if group.switches != switches:
+                    switched = group.switches != switches
+                    if switched:
                         self.metrics.switches.inc()
                     logits = raw.get("logits") if hasattr(raw, "get") else raw[0]
-                self.metrics.forward_time.labels(mode).observe(time.perf_counter() - began)
+                seconds = time.perf_counter() - began
+                self.metrics.forward_time.labels(mode).observe(seconds)
+                if not switched:  # a switch's own cost is not a pass's
+                    self.pass_cost.observe(len(chunk) * max(enc.length for _, _, enc in chunk), seconds)
+                    self.metrics.pass_overhead.set(self.pass_cost.overhead_tokens)
                 self.metrics.batch_size.labels(mode).observe(len(chunk))
                 self.metrics.batch_adapters.observe(len(set(tasks)))
                 if logits is None and getattr(raw, "start_logits", None) is None:

@@ -43,6 +43,9 @@ class Metrics:
         self.queue_total = Gauge("bitfit_serve_queue_size", "Requests waiting, all adapters", registry=r)
         self.switches = Counter("bitfit_serve_adapter_switches", "Adapter activations of switched adapters", registry=r)
         self.adapters = Gauge("bitfit_serve_adapters", "Adapters served, by batching mode", ["mode"], registry=r)
+        self.pass_overhead = Gauge("bitfit_serve_pass_overhead_tokens", "What a forward pass costs beyond its tokens, "
+                                   "in tokens, as learned from the passes so far (splitting a batch by length pays "
+                                   "above it)", registry=r)
         self.cancelled = Counter("bitfit_serve_cancelled", "Requests dropped before their forward pass, by reason",
                                  ["reason"], registry=r)
 

@@ -73,18 +73,22 @@ def test_the_token_budget_splits_a_batch_by_tokens():
 
 
 def test_inputs_of_very_different_lengths_go_in_passes_of_their_own_when_the_padding_saved_outweighs_a_pass():
-    from bitfit_hf.serving.batcher import PASS_OVERHEAD_TOKENS
-
     w = worker(max_batch_size=32, max_batch_tokens=10**6)
+    overhead = w.pass_cost.overhead_tokens  # the prior: no pass seen yet
 
     def cut(*lengths):
         return [[r[2].length for r in c] for c in w._chunks([(0, i, feature(n)) for i, n in enumerate(lengths)])]
 
     assert cut(20, 19, 18, 18, 17) == [[20, 19, 18, 18, 17]]  # little padding: one pass
     assert cut(60, 58, 12, 11, 10, 10, 9, 9) == [[60, 58], [12, 11, 10, 10, 9, 9]]  # 8 x 60 padded: two passes
-    assert PASS_OVERHEAD_TOKENS > 0
+    assert 0 < overhead < 60
     many = [30] + [10] * 3  # splitting saves 3 x 20 = 60 padded tokens, more than one pass's overhead
-    assert cut(*many) == ([[30], [10, 10, 10]] if 60 > PASS_OVERHEAD_TOKENS else [many])
+    assert cut(*many) == [[30], [10, 10, 10]]
+    for tokens in [40, 80, 160, 320] * 10:  # passes that cost 100 tokens' worth beyond their tokens
+        w.pass_cost.observe(tokens, 0.001 * (100 + tokens))
+    assert w.pass_cost.overhead_tokens == pytest.approx(100, rel=1e-6)
+    assert cut(*many) == [many]  # the same split now saves less than the pass it adds
+    assert cut(60, 58, 12, 11, 10, 10, 9, 9) == [[60, 58], [12, 11, 10, 10, 9, 9]]  # 8 x 60: still worth it
 
 
 def test_a_small_token_budget_splits_forward_passes_and_keeps_the_answers(adapters):  # noqa: F811
@@ -97,6 +101,7 @@ def test_a_small_token_budget_splits_forward_passes_and_keeps_the_answers(adapte
     done = []
     engine.worker.run_batch([Job("c0", encoded, lambda result, error: done.append((result, error)))])
     assert passes == [(1, 64), (3, 6)]  # the 64-token row alone; three short rows padded to 6 together
+    assert engine.worker.pass_cost.passes == 2  # each pass taught the cost model
     result, error = done[0]
     assert error is None
     served = engine.answer(entry, parsed, encoded, result, options)
