@@ -91,6 +91,7 @@ class Worker:
         self.draining = False
         self.batches = 0
         self.pass_cost = PassCost()  # what a forward pass costs beyond its tokens, learned from this worker's passes
+        metrics.pass_overhead.set(self.pass_cost.overhead_tokens)
         self._thread = threading.Thread(target=self._run, name="bitfit-serve-worker", daemon=True)
 
     # ---- any thread ---------------------------------------------------------------------------

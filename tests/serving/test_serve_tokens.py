@@ -75,6 +75,7 @@ def test_the_token_budget_splits_a_batch_by_tokens():
 def test_inputs_of_very_different_lengths_go_in_passes_of_their_own_when_the_padding_saved_outweighs_a_pass():
     w = worker(max_batch_size=32, max_batch_tokens=10**6)
     overhead = w.pass_cost.overhead_tokens  # the prior: no pass seen yet
+    assert f"bitfit_serve_pass_overhead_tokens {overhead}".encode() in w.metrics.render()  # before the first pass
 
     def cut(*lengths):
         return [[r[2].length for r in c] for c in w._chunks([(0, i, feature(n)) for i, n in enumerate(lengths)])]
