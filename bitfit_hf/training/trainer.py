@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import inspect
 import logging
@@ -343,7 +342,7 @@ class BitFitTrainerBase(Trainer):
     def _args_set(self, name: str, value: Any, when: bool = True):
         """``self.args.<name>`` is ``value`` inside the block (when ``when``), and what it was after: the Trainer
         reads one flag in several places that want it differently (training, evaluation). The user's value is
-        what a checkpoint's ``training_args.bin`` records (:meth:`_save_user_args`)."""
+        what a checkpoint's ``training_args.bin`` records (:meth:`_user_args_restored`)."""
         before = getattr(self.args, name)
         overridden = self._user_args
         outermost = when and name not in overridden
@@ -358,19 +357,18 @@ class BitFitTrainerBase(Trainer):
             if outermost:
                 del overridden[name]
 
-    def _save_user_args(self, output_dir: str) -> None:
-        """``training_args.bin`` with the user's values of the fields set aside meanwhile (``Trainer`` pickles
-        ``self.args`` as it is at the time), written atomically."""
-        path = os.path.join(output_dir, "training_args.bin")
-        overridden = self._user_args
-        if not overridden or not os.path.isfile(path):
-            return
-        args = copy.copy(self.args)
-        for name, value in overridden.items():
-            setattr(args, name, value)
-        partial = path + ".partial"
-        torch.save(args, partial)
-        os.replace(partial, path)
+    @contextlib.contextmanager
+    def _user_args_restored(self):
+        """The user's values of the fields set aside (:meth:`_args_set`) back in ``self.args`` for the block: what
+        ``Trainer`` pickles into ``training_args.bin`` is then the user's arguments."""
+        aside = {name: getattr(self.args, name) for name in self._user_args}
+        for name, value in self._user_args.items():
+            setattr(self.args, name, value)
+        try:
+            yield
+        finally:
+            for name, value in aside.items():
+                setattr(self.args, name, value)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """``Trainer.training_step``; a non-finite loss is replaced for logging on the device (the value
@@ -488,10 +486,8 @@ class BitFitTrainerBase(Trainer):
 
     def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False) -> None:
         if self.method_config.save_full_model or self.method_config.is_full_finetuning:
-            super().save_model(output_dir, _internal_call)
-            if self.args.should_save:
-                self._save_user_args(output_dir or self.args.output_dir)
-            return None
+            with self._user_args_restored():
+                return super().save_model(output_dir, _internal_call)
         output_dir = output_dir or self.args.output_dir
         tensors = self.adapter_tensors()
         if self.args.should_save:
