@@ -150,10 +150,15 @@ class MultiTaskModel(nn.Module):
                 routed[name] = (route, tensor)
             self.router.add(task, routed)
         self.router.set_active(self.tasks)
-        self.router.routed_layers()  # the tables, built now rather than in the first forward pass
         self.head_modules = heads
         self._head_tensors = {head: self._head_table(head, modules[head]) for head in heads}
         self._head_modules = {h: modules[h] for h in heads}
+
+    def build_tables(self) -> None:
+        """Build the routing tables now rather than in the first forward pass. Call it on the thread that runs
+        the forward passes: a server whose tables were built on its event loop's thread ran every pass slower
+        (docs/serving.md, "Two torch threads")."""
+        self.router.build()
 
     def _served_heads(self) -> List[str]:
         """The served tasks' head modules, outermost only (a head nested in another is routed with it)."""

@@ -181,25 +181,37 @@ class LayerAdapters:
             return x
         return (x.to(table["l"].dtype) * _rows(table, "l", ids, x)).to(x.dtype)  # peft: (x.to(l) * l).to(x)
 
-    def change_output(self, x: torch.Tensor, out: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    def bias_rows(self) -> Optional[torch.Tensor]:
+        """The bias deltas with one row per adapter index (the stock model's last): ``[active + 1, features]``,
+        or None where no active adapter changes this module's bias."""
+        table = self.tables().get("bias")
+        return None if table is None else table["delta"].index_select(0, table["index"])
+
+    def change_output(self, x: torch.Tensor, out: torch.Tensor, ids: torch.Tensor,
+                      bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``bias``: each example's bias delta, picked already (``[batch, 1, features]``, as
+        :meth:`Router.route` gathers every layer's at once); picked here from the tables when not given."""
         tables = self.tables()
         if not tables or tables.keys() == {"scale_in"}:
             return out
         _check_layout(self.name, out, ids)
         if x is None and tables.keys() & {"gain", "lora", "shift"}:
             raise RuntimeError(f"Mixed-batch routing: {self.name!r} was called without a positional input.")
-        inplace = not (torch.is_grad_enabled() and out.requires_grad)
         added = []
         if "gain" in tables:
             added.append(self._normalised(x).to(out.dtype) * _rows(tables["gain"], "delta", ids, out).to(out.dtype))
         if "bias" in tables:
-            added.append(_rows(tables["bias"], "delta", ids, out).to(out.dtype))
+            if bias is None:
+                bias = _rows(tables["bias"], "delta", ids, out)
+            elif bias.dim() != out.dim():
+                bias = bias.view(bias.shape[0], *([1] * (out.dim() - 2)), bias.shape[-1])
+            added.append(bias if bias.dtype == out.dtype else bias.to(out.dtype))
         if "lora" in tables:
             added.append(_lora(x, tables["lora"], ids).reshape(out.shape).to(out.dtype))
         if "shift" in tables:
             added.append(_shift(x, tables["shift"], ids).reshape(out.shape).to(out.dtype))
         for delta in added:
-            out = out.add_(delta) if inplace else out + delta
+            out = out + delta  # not in place: an in-place operator takes the GIL again to return its tensor
         if "scale_out" in tables:
             out = (out * _rows(tables["scale_out"], "l", ids, out)).to(out.dtype)  # peft: (result * l).to(result)
         return out
@@ -304,10 +316,12 @@ class Router:
         self.layers: Dict[str, LayerAdapters] = {}
         self._stock = stock  # a stock tensor by its (stock) name
         self._active: List[str] = []
+        self._fused: Optional[List[Tuple[torch.Tensor, List[str], List[int]]]] = None
 
     def add(self, adapter: str, routed: Mapping[str, Tuple[Route, torch.Tensor]]) -> None:
         """``routed``: ``{stored name: (route, tensor)}``; a shared L_alpha (``Route.module == "*"``) goes to every
         module where the adapter has a shift vector."""
+        self._fused = None
         modules = dict(self.model.named_modules())
         shared = [(r, t) for r, t in routed.values() if r.module == ANY_SHIFT]
         for route, tensor in routed.values():
@@ -324,6 +338,7 @@ class Router:
                     layer.add(adapter, Route(route.module, "shift", shared_route.slot), shared_tensor)
 
     def delete(self, adapter: str) -> None:
+        self._fused = None
         for name in list(self.layers):
             self.layers[name].delete(adapter)
             if not self.layers[name].names:
@@ -331,11 +346,17 @@ class Router:
 
     def set_active(self, adapters: Sequence[str]) -> None:
         self._active = list(adapters)
+        self._fused = None
         for layer in self.layers.values():
             layer.set_active(self._active)
 
     def _stock_of(self, module: str) -> Callable[[str], Optional[torch.Tensor]]:
         return lambda kind: self._stock(f"{module}.{'weight' if kind == 'gain' else 'bias'}")
+
+    def build(self) -> None:
+        """Every table a routed forward pass reads, built now (else the first pass builds them)."""
+        self.routed_layers()
+        self._fused_bias()
 
     def routed_layers(self) -> Dict[str, LayerAdapters]:
         """The layers whose change is not nothing for the active adapters."""
@@ -357,15 +378,41 @@ class Router:
 
         return release
 
+    def _fused_bias(self) -> List[Tuple[torch.Tensor, List[str], List[int]]]:
+        """Every layer's :meth:`LayerAdapters.bias_rows` side by side, one table per dtype and device:
+        ``(table [active + 1, sum of features], layer names, their widths)``. A pass then picks each example's
+        deltas for all layers with one gather instead of a few operators per layer, each of which hands the GIL
+        back and forth with the server's other threads."""
+        if self._fused is None:
+            groups: Dict[Tuple[torch.dtype, torch.device], Tuple[List[torch.Tensor], List[str]]] = {}
+            for name, layer in self.layers.items():
+                rows = layer.bias_rows()
+                if rows is not None:
+                    tensors, names = groups.setdefault((rows.dtype, rows.device), ([], []))
+                    tensors.append(rows)
+                    names.append(name)
+            self._fused = [(torch.cat(tensors, dim=1), names, [t.shape[1] for t in tensors])
+                           for tensors, names in groups.values()]
+        return self._fused
+
+    def _picked_bias(self, ids: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """Each routed layer's bias delta per example, ``[batch, 1, features]`` views of one gather."""
+        picked: Dict[str, torch.Tensor] = {}
+        for table, names, widths in self._fused_bias():
+            rows = table.index_select(0, ids.to(table.device)).unsqueeze(1)
+            picked.update(zip(names, rows.split(widths, dim=2)))
+        return picked
+
     @contextlib.contextmanager
     def route(self, ids: torch.Tensor) -> Iterator[None]:
         """While open, a forward pass of the model changes example ``i`` with adapter ``ids[i]``."""
         handles = []
         try:
-            for layer in self.routed_layers().values():
+            picked = self._picked_bias(ids)
+            for name, layer in self.routed_layers().items():
                 if "scale_in" in layer.kinds():
                     handles.append(layer.module.register_forward_pre_hook(_pre_hook(layer, ids)))
-                handles.append(layer.module.register_forward_hook(_post_hook(layer, ids)))
+                handles.append(layer.module.register_forward_hook(_post_hook(layer, ids, picked.get(name))))
             yield
         finally:
             for handle in handles:
@@ -384,8 +431,13 @@ def _pre_hook(layer: LayerAdapters, which: Union[torch.Tensor, str]):
     return hook
 
 
-def _post_hook(layer: LayerAdapters, which: Union[torch.Tensor, str]):
-    change = layer.change_output_one if isinstance(which, str) else layer.change_output
+def _post_hook(layer: LayerAdapters, which: Union[torch.Tensor, str], bias: Optional[torch.Tensor] = None):
+    """``bias``: the examples' bias deltas for this layer, gathered before the pass (routed by index only)."""
+    if isinstance(which, str):
+        change = layer.change_output_one
+    else:
+        def change(x, out, ids):
+            return layer.change_output(x, out, ids, bias)
 
     def hook(module, args, output):
         if id(module) in _QUIET:

@@ -215,6 +215,7 @@ class Worker:
     def _run(self) -> None:
         if self.threads:
             torch.set_num_threads(self.threads)
+        self._build_tables()
         with torch.inference_mode():
             while True:
                 jobs = self._next_batch()
@@ -236,9 +237,16 @@ class Worker:
             # them, and inference tensors made here would break later in-place and version-counter use.
             with torch.inference_mode(False), torch.no_grad():
                 result = job.control()
+            self._build_tables()
             job.finish(result, None)
         except BaseException as err:  # noqa: BLE001 - reported to the admin request
             job.finish(None, err)
+
+    def _build_tables(self) -> None:
+        """The routing tables of every group, built here on the worker, the thread that reads them: tables built
+        on the event loop's thread made every forward pass slower under load (docs/serving.md)."""
+        with torch.inference_mode(False), torch.no_grad():
+            self.registry.build_tables()
 
     def _predict(self, jobs: List[Job]) -> None:
         now = time.monotonic()

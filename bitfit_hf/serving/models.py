@@ -238,6 +238,11 @@ class MixedGroup:
         self.bank.remove(name)
         self.rebuild([])
 
+    def build_tables(self) -> None:
+        """The routing tables, built on the calling thread (the worker's: see :meth:`MultiTaskModel.build_tables`)."""
+        if self.mt is not None:
+            self.mt.build_tables()
+
     def forward(self, batch: Dict[str, torch.Tensor], tasks: List[str]):
         return self.mt(task_ids=tasks, **batch)
 
@@ -272,6 +277,9 @@ class SwitchGroup:
 
     def remove(self, name: str) -> None:
         self.bank.remove(name)
+
+    def build_tables(self) -> None:
+        """Nothing to build: a switched adapter is written into the model when it is activated."""
 
     def forward(self, batch: Dict[str, torch.Tensor], name: str):
         if self.bank.active != name:
@@ -429,3 +437,8 @@ class Registry:
 
     def group(self, key):
         return self.groups[key]
+
+    def build_tables(self) -> None:
+        """Every group's routing tables, on the calling thread (the worker's, when it starts and after a change)."""
+        for group in self.groups.values():
+            group.build_tables()
