@@ -10,6 +10,7 @@ from torch import nn
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.config import AdapterError
+from bitfit_hf.adapters.task_types import LABELLED
 from bitfit_hf.data.assets import named_model_or, packaged_copy_or
 from bitfit_hf.utils.base_loading import loading_kwargs, remember_base_loading
 from bitfit_hf.utils.errors import first_line
@@ -61,7 +62,7 @@ class AutoBitFitModel:
             raise AdapterError("The adapter records no base model: pass base_model= (a path or a Hub id).")
         kwargs = dict(model_kwargs)
         _check_label_kwargs(cfg, kwargs)
-        if cfg.num_labels and cfg.task_type in ("SEQ_CLS", "TOKEN_CLS"):
+        if cfg.num_labels and cfg.task_type in LABELLED:
             kwargs.setdefault("num_labels", cfg.num_labels)
             if cfg.id2label:
                 kwargs.setdefault("id2label", {int(k): v for k, v in cfg.id2label.items()})
@@ -102,7 +103,7 @@ class AutoBitFitModel:
 def _check_label_kwargs(cfg, kwargs) -> None:
     """The adapter brings its own head: a label count or label names that contradict it are an error,
     not a silently ignored argument (transformers takes the count from ``id2label``)."""
-    if not cfg.num_labels or cfg.task_type not in ("SEQ_CLS", "TOKEN_CLS"):
+    if not cfg.num_labels or cfg.task_type not in LABELLED:
         return
     asked = kwargs.get("num_labels")
     id2label = kwargs.get("id2label")

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from bitfit_hf.adapters.task_types import CAUSAL_LM, MASKED_LM, MULTIPLE_CHOICE, QUESTION_ANS, SEQ_2_SEQ_LM, SEQ_CLS, TOKEN_CLS
 from bitfit_hf.tuners import config_from_dict
 from bitfit_hf.tuners.bias.config import BitFitConfig
 from bitfit_hf.utils.constants import CONFIG_NAME, __version__
@@ -30,13 +31,13 @@ class BaseModelMismatchError(AdapterError):
 
 # Maps the last word of a transformers class name to PEFT-style task types.
 _TASK_TYPES = {
-    "ForSequenceClassification": "SEQ_CLS",
-    "ForTokenClassification": "TOKEN_CLS",
-    "ForQuestionAnswering": "QUESTION_ANS",
-    "ForCausalLM": "CAUSAL_LM",
-    "ForMaskedLM": "MASKED_LM",
-    "ForMultipleChoice": "MULTIPLE_CHOICE",
-    "ForConditionalGeneration": "SEQ_2_SEQ_LM",
+    "ForSequenceClassification": SEQ_CLS,
+    "ForTokenClassification": TOKEN_CLS,
+    "ForQuestionAnswering": QUESTION_ANS,
+    "ForCausalLM": CAUSAL_LM,
+    "ForMaskedLM": MASKED_LM,
+    "ForMultipleChoice": MULTIPLE_CHOICE,
+    "ForConditionalGeneration": SEQ_2_SEQ_LM,
 }
 
 

@@ -33,6 +33,7 @@ from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.auto import AutoBitFitModel
 from bitfit_hf.adapters.config import AdapterError
 from bitfit_hf.adapters.export import check_export_target, replace_dir
+from bitfit_hf.adapters.task_types import LABELLED
 from bitfit_hf.tuners import METHODS, tensor_role_of
 from bitfit_hf.tuners.bias.selection import resolve
 from bitfit_hf.tuners.peft_layers import BASE_LAYER
@@ -293,7 +294,7 @@ def _meta_base(adapter: BitFitAdapter, source: Optional[str] = None) -> nn.Modul
     cfg = adapter.config
     config = transformers.AutoConfig.from_pretrained(source or cfg.base_model_name_or_path,
                                                      revision=cfg.base_model_revision or None)
-    if cfg.num_labels and cfg.task_type in ("SEQ_CLS", "TOKEN_CLS"):
+    if cfg.num_labels and cfg.task_type in LABELLED:
         config.num_labels = cfg.num_labels
     model_cls = getattr(transformers, cfg.architecture)
     with torch.device("meta"):

@@ -22,12 +22,12 @@ import os
 import sys
 from typing import List, Optional, Tuple
 
+from bitfit_hf.adapters.task_types import ANSWERED, SEQ_CLS, TOKEN_CLS
 from bitfit_hf.cli.adapter_source import load_adapter_files, load_tokenizer, local_path
 from bitfit_hf.cli.errors import CliError
 from bitfit_hf.inference.inputs import DOC_STRIDE, InputRefused, check_items
 
 PAIR_SEPARATOR = "|||"
-TASKS = ("SEQ_CLS", "TOKEN_CLS", "QUESTION_ANS")
 
 
 def register(verbs) -> None:
@@ -71,14 +71,14 @@ def run(args: argparse.Namespace) -> int:
     inputs = read_inputs(args.texts, args.file)
     adapter, folder = load_adapter_files(args.adapter, args.revision)
     task = adapter.config.task_type
-    if task not in TASKS:
+    if task not in ANSWERED:
         raise CliError(f"predict handles classification, tagging and QA adapters; this one is {task or 'untyped'} "
                        f"({adapter.config.architecture}). Load it with AutoBitFitModel.from_pretrained instead.")
     items = check_inputs(adapter.config, inputs)  # before any model is loaded
     tokenizer = load_tokenizer(folder, adapter.config)
     if tokenizer is None:
         raise CliError(f"no tokenizer beside the adapter or at its base {adapter.config.base_model_name_or_path!r}.")
-    if task != "SEQ_CLS" and not getattr(tokenizer, "is_fast", False):
+    if task != SEQ_CLS and not getattr(tokenizer, "is_fast", False):
         raise CliError("tagging and QA need the word and character offsets of a fast tokenizer (a tokenizer.json "
                        "beside the adapter).")
     from bitfit_hf.adapters.auto import AutoBitFitModel
@@ -90,17 +90,17 @@ def run(args: argparse.Namespace) -> int:
         features = predictor.features(items)
     except InputRefused as err:
         raise CliError(_numbered(str(err))) from None
-    answers = predictor.answers(features, len(items), top_k=args.top_k if task == "SEQ_CLS" else None,
+    answers = predictor.answers(features, len(items), top_k=args.top_k if task == SEQ_CLS else None,
                                 max_answer_len=args.max_answer_len, handle_impossible_answer=args.handle_impossible_answer)
     limit = predictor.limit
     for number, ((text, pair), feature, found) in enumerate(zip(inputs, _first_features(features, len(items)), answers), 1):
-        if task == "SEQ_CLS":
+        if task == SEQ_CLS:
             length = feature.meta.get("tokens") or 0
             if length > limit.tokens:
                 _warn(number, f" is {length} tokens long; the model read the first {limit.tokens} ({limit.why}), "
                               "the rest was not used.")
             print(_show_classification(found, model.config, text, pair))
-        elif task == "TOKEN_CLS":
+        elif task == TOKEN_CLS:
             untagged, words = found["untagged"], len(feature.meta["words"])
             if untagged:
                 _warn(number, f": words {untagged[0] + 1}-{untagged[-1] + 1} of {words} are past the {limit.tokens}-token "
@@ -146,11 +146,11 @@ def check_inputs(config, inputs: List[Tuple[str, Optional[str]]]) -> list:
     for a tagger, and the checks of :func:`bitfit_hf.inference.inputs.check_items`."""
     task = config.task_type
     for number, (text, pair) in enumerate(inputs, start=1):
-        if task == "TOKEN_CLS" and pair is not None:
+        if task == TOKEN_CLS and pair is not None:
             raise CliError(f"a tagging adapter tags one sentence per input; input {number} is a pair "
                            f"({_shown(text, pair)}). Give each sentence as an input of its own (no "
                            f"'{PAIR_SEPARATOR}', no tab in --file).")
-    items = [text for text, _ in inputs] if task == "TOKEN_CLS" else list(inputs)
+    items = [text for text, _ in inputs] if task == TOKEN_CLS else list(inputs)
     try:
         check_items(config, items, where=lambda i: f"input {i + 1}",
                     pair_layout=f"'first {PAIR_SEPARATOR} second' (a tab between them in --file)")

@@ -18,6 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from bitfit_hf.adapters.task_types import QUESTION_ANS, SEQ_CLS
+
 MAX_ANSWER_LEN = 30  # tokens; the squad recipe's --max_answer_length default
 
 NONE, SIGMOID, SOFTMAX = "none", "sigmoid", "softmax"
@@ -121,7 +123,7 @@ def answer(task: str, outputs: Sequence[Any], features: Sequence[Any], n_items: 
     ``options``: ``raw_scores``, ``top_k`` (classification; QA answers), ``max_answer_len``,
     ``handle_impossible_answer`` (QA)."""
     options = options or {}
-    if task == "QUESTION_ANS":
+    if task == QUESTION_ANS:
         per_item: List[List] = [[] for _ in range(n_items)]
         for feature, out in zip(features, outputs):
             per_item[feature.item].append((out[0], out[1], feature.meta))
@@ -129,7 +131,7 @@ def answer(task: str, outputs: Sequence[Any], features: Sequence[Any], n_items: 
                           bool(options.get("handle_impossible_answer")), options.get("top_k") or 1) for w in per_item]
     found: List[Any] = [None] * n_items
     for feature, out in zip(features, outputs):
-        if task == "SEQ_CLS":
+        if task == SEQ_CLS:
             found[feature.item] = classification_answer(out, id2label, problem_type, bool(options.get("raw_scores")),
                                                         options.get("top_k"))
         else:

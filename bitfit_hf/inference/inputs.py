@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from bitfit_hf.adapters.task_types import ANSWERED, QUESTION_ANS, SEQ_CLS, TOKEN_CLS
 from bitfit_hf.utils.errors import UserError
 
-TASKS = ("SEQ_CLS", "TOKEN_CLS", "QUESTION_ANS")
 DOC_STRIDE = 128  # tokens two neighbouring QA windows share (transformers' QA pipeline and run_qa default)
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -61,7 +61,7 @@ def parse_inputs(task: str, inputs: Any) -> Parsed:
     """``inputs`` in one of TEI's layouts -> the items of ``task``; :class:`InputRefused` names what is wrong."""
     if inputs is None:
         raise InputRefused("the request has no 'inputs'.")
-    if task == "SEQ_CLS":
+    if task == SEQ_CLS:
         if isinstance(inputs, str):
             return Parsed([(inputs, None)], True)
         if _texts(inputs, 2):  # TEI: two texts are one pair
@@ -78,7 +78,7 @@ def parse_inputs(task: str, inputs: Any) -> Parsed:
             return Parsed(items, False)
         raise InputRefused("'inputs' must be a text, a pair [text, text], or a non-empty list of texts or of "
                            f"[text] / [text, text]; got {shown(inputs)}.")
-    if task == "TOKEN_CLS":
+    if task == TOKEN_CLS:
         if isinstance(inputs, str):
             return Parsed([inputs], True)
         if isinstance(inputs, list) and inputs:
@@ -94,8 +94,8 @@ def parse_inputs(task: str, inputs: Any) -> Parsed:
             return Parsed(items, False)
         raise InputRefused("a tagging adapter takes a text, or a non-empty list of texts or of [text]; "
                            f"got {shown(inputs)}.")
-    if task != "QUESTION_ANS":
-        raise InputRefused(f"no inputs are defined for {task or 'untyped'} adapters; tasks: {', '.join(TASKS)}.")
+    if task != QUESTION_ANS:
+        raise InputRefused(f"no inputs are defined for {task or 'untyped'} adapters; tasks: {', '.join(ANSWERED)}.")
 
     def qa_item(value: Any, where: str, index: Optional[int]) -> Tuple[str, str]:
         if _texts(value, 2):
@@ -129,13 +129,13 @@ def check_items(config, items: Sequence[Any], where: Callable[[int], str] = lamb
     task = config.task_type
     columns = text_columns(config)
     for i, item in enumerate(items):
-        if task == "SEQ_CLS" and columns and len(columns) == 1 and item[1] is not None:
+        if task == SEQ_CLS and columns and len(columns) == 1 and item[1] is not None:
             raise InputRefused(f"this adapter classifies single texts (trained on the column {columns[0]!r}); "
                                f"{where(i)} is a pair ({shown(list(item))}). Give one text per input.", i)
-        if task == "SEQ_CLS" and columns and len(columns) == 2 and item[1] is None:
+        if task == SEQ_CLS and columns and len(columns) == 2 and item[1] is None:
             raise InputRefused(f"this adapter classifies pairs ({columns[0]}, {columns[1]}); {where(i)} is a single "
                                f"text ({shown(item[0])}). Write each input as {pair_layout}.", i)
-        if task == "QUESTION_ANS" and not item[1]:
+        if task == QUESTION_ANS and not item[1]:
             raise InputRefused(f"a QA adapter needs a question and a context; {where(i)} has no context.", i)
 
 
@@ -197,9 +197,9 @@ def encode(tokenizer, task: str, items: Sequence[Any], limit: int, truncate: boo
     (``truncate``; the meta keeps its full length) or refused; QA contexts are never cut but windowed."""
     out: List[Feature] = []
     for i, item in enumerate(items):
-        if task == "SEQ_CLS":
+        if task == SEQ_CLS:
             feature = _classification_feature(tokenizer, item, i, limit, truncate)
-        elif task == "TOKEN_CLS":
+        elif task == TOKEN_CLS:
             words = [(m.group(), m.start(), m.end()) for m in _WORDS.finditer(item)]
             if not words:
                 raise InputRefused(f"inputs[{i}] has no words to tag.", i)

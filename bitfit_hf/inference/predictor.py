@@ -7,9 +7,10 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
+from bitfit_hf.adapters.task_types import ANSWERED, QUESTION_ANS
 from bitfit_hf.inference.answers import answer
 from bitfit_hf.inference.batches import collate, per_row
-from bitfit_hf.inference.inputs import DOC_STRIDE, TASKS, Feature, Limit, encode, length_limit
+from bitfit_hf.inference.inputs import DOC_STRIDE, Feature, Limit, encode, length_limit
 
 
 def pad_id_of(tokenizer) -> int:
@@ -26,8 +27,8 @@ class Predictor:
 
     def __init__(self, model, tokenizer, task: str, max_length: Optional[int] = None, batch_size: int = 16,
                  doc_stride: int = DOC_STRIDE):
-        if task not in TASKS:
-            raise ValueError(f"no answers are defined for {task!r}; tasks: {', '.join(TASKS)}.")
+        if task not in ANSWERED:
+            raise ValueError(f"no answers are defined for {task!r}; tasks: {', '.join(ANSWERED)}.")
         self.model, self.tokenizer, self.task = model, tokenizer, task
         self.limit: Limit = length_limit(max_length, tokenizer, getattr(model, "config", None))
         self.batch_size, self.doc_stride = batch_size, doc_stride
@@ -49,7 +50,7 @@ class Predictor:
                 chunk = order[start:start + self.batch_size]
                 batch = collate([features[i] for i in chunk], pad_id_of(self.tokenizer), left, device)
                 raw = self.model(**batch)
-                logits = None if self.task == "QUESTION_ANS" else raw.logits
+                logits = None if self.task == QUESTION_ANS else raw.logits
                 for i, row in zip(chunk, per_row(logits, raw, [features[i].length for i in chunk], left)):
                     outputs[i] = row
         return outputs

@@ -12,25 +12,26 @@ import re
 from typing import Any, Dict, List, Optional
 
 from bitfit_hf.adapters.config import AdapterConfig
+from bitfit_hf.adapters.task_types import CAUSAL_LM, MASKED_LM, MULTIPLE_CHOICE, QUESTION_ANS, SEQ_2_SEQ_LM, SEQ_CLS, TOKEN_CLS
 from bitfit_hf.reporting.eval_results import BEFORE_TRAINING, eval_rows
 
 PIPELINE_TAGS = {
-    "SEQ_CLS": "text-classification",
-    "TOKEN_CLS": "token-classification",
-    "QUESTION_ANS": "question-answering",
-    "CAUSAL_LM": "text-generation",
-    "MASKED_LM": "fill-mask",
-    "SEQ_2_SEQ_LM": "text2text-generation",
-    "MULTIPLE_CHOICE": None,  # the Hub has no multiple-choice pipeline
+    SEQ_CLS: "text-classification",
+    TOKEN_CLS: "token-classification",
+    QUESTION_ANS: "question-answering",
+    CAUSAL_LM: "text-generation",
+    MASKED_LM: "fill-mask",
+    SEQ_2_SEQ_LM: "text2text-generation",
+    MULTIPLE_CHOICE: None,  # the Hub has no multiple-choice pipeline
 }
 TASK_WORDS = {
-    "SEQ_CLS": "text classification",
-    "TOKEN_CLS": "token classification",
-    "QUESTION_ANS": "extractive question answering",
-    "CAUSAL_LM": "causal language modelling",
-    "MASKED_LM": "masked language modelling",
-    "SEQ_2_SEQ_LM": "sequence-to-sequence generation",
-    "MULTIPLE_CHOICE": "multiple choice",
+    SEQ_CLS: "text classification",
+    TOKEN_CLS: "token classification",
+    QUESTION_ANS: "extractive question answering",
+    CAUSAL_LM: "causal language modelling",
+    MASKED_LM: "masked language modelling",
+    SEQ_2_SEQ_LM: "sequence-to-sequence generation",
+    MULTIPLE_CHOICE: "multiple choice",
 }
 
 #: A Hub repo id (``name`` or ``owner/name``): what may go into the metadata as a model or dataset id.

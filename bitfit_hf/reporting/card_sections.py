@@ -12,6 +12,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from bitfit_hf.adapters.config import AdapterConfig
+from bitfit_hf.adapters.task_types import CAUSAL_LM, QUESTION_ANS, SEQ_2_SEQ_LM, SEQ_CLS, TOKEN_CLS
 from bitfit_hf.reporting.card_metadata import REPO_ID, TASK_WORDS
 from bitfit_hf.tuners import METHODS, bias_terms_of, method_spec
 from bitfit_hf.tuners.roles import ALL_ROLES, GAIN_ROLES, HEAD, role_rank
@@ -256,20 +257,20 @@ def selection_lines(cfg: AdapterConfig) -> List[str]:
 def usage_example(cfg: AdapterConfig) -> str:
     """The snippet's last lines: one call that fits the adapter's task."""
     task = cfg.task_type
-    if task == "SEQ_CLS":
+    if task == SEQ_CLS:
         return ('inputs = tokenizer("A gripping, beautifully acted film.", return_tensors="pt")\n'
                 "label_id = model(**inputs).logits.argmax(-1).item()\n"
                 "print(model.config.id2label[label_id])")
-    if task == "TOKEN_CLS":
+    if task == TOKEN_CLS:
         return ('inputs = tokenizer("Pierre Vinken will join the board.", return_tensors="pt")\n'
                 "ids = model(**inputs).logits.argmax(-1)[0].tolist()\n"
                 "print([model.config.id2label[i] for i in ids])")
-    if task == "QUESTION_ANS":
+    if task == QUESTION_ANS:
         return ('inputs = tokenizer("Who joins the board?", "Pierre Vinken will join the board.", return_tensors="pt")\n'
                 "out = model(**inputs)\n"
                 "start, end = out.start_logits.argmax(), out.end_logits.argmax()\n"
                 "print(tokenizer.decode(inputs.input_ids[0, start : end + 1]))")
-    if task in ("CAUSAL_LM", "SEQ_2_SEQ_LM"):
+    if task in (CAUSAL_LM, SEQ_2_SEQ_LM):
         return ('inputs = tokenizer("The movie was", return_tensors="pt")\n'
                 "print(tokenizer.decode(model.generate(**inputs, max_new_tokens=20)[0]))")
     return 'outputs = model(**tokenizer("Hello world", return_tensors="pt"))'

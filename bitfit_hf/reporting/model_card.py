@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from bitfit_hf.adapters.base_checkpoint import checkpoint_files, match_key, tensor_sizes
 from bitfit_hf.adapters.config import AdapterConfig
+from bitfit_hf.adapters.task_types import LABELLED
 from bitfit_hf.reporting.bias_change_files import resolve_bias_change, write_bias_change_files
 from bitfit_hf.reporting.card_metadata import (
     PIPELINE_TAGS,
@@ -227,7 +228,7 @@ def build_model_card(
         base_for_snippet=base_for_snippet,
         base_override=base_id is not None and base_id != cfg.base_model_name_or_path,
         architecture=cfg.architecture or "AutoModel",
-        model_kwargs=f", num_labels={cfg.num_labels}" if cfg.num_labels and cfg.task_type in ("SEQ_CLS", "TOKEN_CLS") else "",
+        model_kwargs=f", num_labels={cfg.num_labels}" if cfg.num_labels and cfg.task_type in LABELLED else "",
         peft_subfolder=PEFT_SUBFOLDER if f"{PEFT_SUBFOLDER}/{CONFIG_NAME}" in file_list else None,
         usage_example=usage_example(cfg),
         hyperparameters=hyperparameter_rows(meta.get("training_args"), hyperparameters),

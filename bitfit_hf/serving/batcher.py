@@ -27,6 +27,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import torch
 
+from bitfit_hf.adapters.task_types import QUESTION_ANS
 from bitfit_hf.inference.batches import collate, per_row
 from bitfit_hf.inference.inputs import Feature
 from bitfit_hf.serving.metrics import Metrics
@@ -339,7 +340,7 @@ class Worker:
 
 def _width(registry: Registry, name: str) -> Optional[int]:
     entry = registry.entries.get(name)
-    if entry is None or entry.task == "QUESTION_ANS":
+    if entry is None or entry.task == QUESTION_ANS:
         return None
     return entry.config.num_labels or (len(entry.id2label) or None)
 

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
 from bitfit_hf.adapters.adapter import BitFitAdapter
+from bitfit_hf.adapters.task_types import SEQ_CLS
 from bitfit_hf.inference.answers import answer
 from bitfit_hf.inference.inputs import InputRefused, check_items, encode, length_limit, parse_inputs
 from bitfit_hf.inference.predictor import pad_id_of
@@ -277,7 +278,7 @@ class Engine:
                 raise InputError(422, f"'{key}' is a positive integer.")
         if direction not in ("Right", "Left"):
             raise InputError(422, "'truncation_direction' is \"Right\" or \"Left\".")
-        if entry.task != "SEQ_CLS" and not getattr(self.tokenizer, "is_fast", False):
+        if entry.task != SEQ_CLS and not getattr(self.tokenizer, "is_fast", False):
             raise InputError(422, f"adapter {entry.name!r} tags words or answers questions, which needs the word and "
                                   "character offsets of a fast tokenizer; start the server with --tokenizer pointing "
                                   "at one (a tokenizer.json).")

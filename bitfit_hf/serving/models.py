@@ -32,6 +32,7 @@ from bitfit_hf.adapters.auto import AutoBitFitModel
 from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterConfig, AdapterError
 from bitfit_hf.adapters.multitask import MultiTaskModel, TaskRefused
+from bitfit_hf.adapters.task_types import QUESTION_ANS, SEQ_CLS, TOKEN_CLS
 from bitfit_hf.data.assets import packaged_copy_or
 from bitfit_hf.serving.config import ServeError
 from bitfit_hf.tuners import method_spec
@@ -42,7 +43,7 @@ from bitfit_hf.utils.fingerprint import SKETCH_TOLERANCE, sketch_difference
 logger = logging.getLogger(__name__)
 
 #: Task types a server answers, and what a client gets back for each.
-TASKS = {"SEQ_CLS": "classification", "TOKEN_CLS": "tagging", "QUESTION_ANS": "question-answering"}
+TASKS = {SEQ_CLS: "classification", TOKEN_CLS: "tagging", QUESTION_ANS: "question-answering"}
 
 
 def resolve_device(device: str) -> torch.device:
