@@ -189,8 +189,8 @@ class LayerAdapters:
 
     def change_output(self, x: torch.Tensor, out: torch.Tensor, ids: torch.Tensor,
                       bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``bias``: each example's bias delta, picked already (``[batch, 1, features]``, as
-        :meth:`Router.route` gathers every layer's at once); picked here from the tables when not given."""
+        """``bias``: each example's bias delta for this module, ``[batch, 1, features]``, as :meth:`Router.route`
+        gathers every module's at once (None where no active adapter changes this module's bias)."""
         tables = self.tables()
         if not tables or tables.keys() == {"scale_in"}:
             return out
@@ -200,10 +200,8 @@ class LayerAdapters:
         added = []
         if "gain" in tables:
             added.append(self._normalised(x).to(out.dtype) * _rows(tables["gain"], "delta", ids, out).to(out.dtype))
-        if "bias" in tables:
-            if bias is None:
-                bias = _rows(tables["bias"], "delta", ids, out)
-            elif bias.dim() != out.dim():
+        if bias is not None:
+            if bias.dim() != out.dim():
                 bias = bias.view(bias.shape[0], *([1] * (out.dim() - 2)), bias.shape[-1])
             added.append(bias if bias.dtype == out.dtype else bias.to(out.dtype))
         if "lora" in tables:
