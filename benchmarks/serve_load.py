@@ -184,7 +184,7 @@ def _status(pid: int) -> Dict[str, int]:
 class Server:
     def __init__(self, adapters_file: str, tokenizer: str, batching: str, threads: int, max_batch: int, wait_ms: float,
                  device: str = "cpu", dtype: str = "float32", ray_replicas: int = 0, admin_token: Optional[str] = None,
-                 checkout: Optional[str] = None):
+                 checkout: Optional[str] = None, flags: Sequence[str] = ()):
         # `bitfit-hf serve` through its own verb module only (the same code path; another verb's state in a
         # working tree being edited cannot stop the benchmark)
         launcher = ("import argparse, logging, sys; from bitfit_hf.cli import serve_cmd; "
@@ -194,7 +194,7 @@ class Server:
         args = [sys.executable, "-c", launcher, "serve", "--adapters-file", adapters_file, "--tokenizer", tokenizer, "--port", "0",
                 "--threads", str(threads), "--batching", batching, "--max-batch-size", str(max_batch),
                 "--max-wait-ms", str(wait_ms), "--max-queue", "1024", "--log-level", "warning", "--device", device,
-                "--dtype", dtype]
+                "--dtype", dtype, *flags]
         if ray_replicas:
             args += ["--ray", "--replicas", str(ray_replicas), "--replica-cpus", str(threads)]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
@@ -348,7 +348,7 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
         json.dump({"adapters": {n: adapters[n] for n in names}}, handle)
     server = Server(spec_file, tokenizer, cfg["batching"], args.threads, args.max_batch_size, args.max_wait_ms,
                     args.device, cfg.get("dtype", args.dtype), cfg.get("ray", 0), admin_token=CHURN_TOKEN if cfg.get("churn") else None,
-                    checkout=cfg.get("checkout"))
+                    checkout=cfg.get("checkout"), flags=cfg.get("flags", ()))
     churn: Dict[str, float] = {}
     try:
         warm = closed_loop(server, names, texts, args.clients, args.warmup, seed=10_000 + rep)
@@ -400,6 +400,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "an older commit): also run the largest count mixed with its server, in the same rotation")
     parser.add_argument("--baseline-dtype", default=None, help="the --dtype of the --baseline-checkout server "
                         "(default: --dtype)")
+    parser.add_argument("--also-padded", action="store_true", help="also run the largest count mixed with "
+                        "--packing off (every pass padded), in the same rotation")
     parser.add_argument("--admin-churn", action="store_true", help="also run the largest count while an admin adds "
                         "and removes adapters (a tagger and an (IA)3 classifier) every 0.25 s: p99 with and without")
     parser.add_argument("--json", default=None)
@@ -431,6 +433,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             args.churn_sources = build_churn_adapters(workdir, args.base)
             configs.append({"key": f"churn-{biggest}", "n": biggest, "batching": "mixed", "churn": True,
                             "what": f"{biggest} adapters, mixed, while an admin adds and removes adapters"})
+        if args.also_padded:
+            configs.append({"key": f"padded-{biggest}", "n": biggest, "batching": "mixed", "flags": ["--packing", "off"],
+                            "what": f"{biggest} adapters, mixed batches, --packing off"})
         if args.baseline_checkout:
             commit = subprocess.run(["git", "-C", args.baseline_checkout, "rev-parse", "--short", "HEAD"],
                                     capture_output=True, text=True).stdout.strip() or "?"

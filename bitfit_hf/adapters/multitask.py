@@ -42,7 +42,8 @@ from torch import nn
 from bitfit_hf.adapters.adapter import BitFitAdapter
 from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterError
-from bitfit_hf.adapters.routing import Router, route_of
+from bitfit_hf.adapters.packing import Packing, encoder_of, packed
+from bitfit_hf.adapters.routing import Router, TokenRows, route_of
 from bitfit_hf.tuners import method_spec
 from bitfit_hf.utils.names import is_under
 
@@ -185,21 +186,29 @@ class MultiTaskModel(nn.Module):
 
     # ---- routing -------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _routing(self, task_ids: torch.Tensor, widths: Dict[int, int]):
+    def _routing(self, task_ids: torch.Tensor, widths: Dict[int, int], packing: Optional[Packing] = None):
         """The model as the stock one (a task the bank has active is set aside meanwhile), each module routed per
-        example, each head per task."""
+        example (per token inside an encoder running on ``packing``'s rows), each head per task."""
         previous = self.bank.active
         with contextlib.ExitStack() as stack:
             if previous is not None:
                 self.bank.restore_base()
                 stack.callback(self.bank.activate, previous)
-            stack.enter_context(self.router.route(task_ids))
+            tokens = None
+            if packing is not None:
+                stack.enter_context(packed(self.model, packing))
+                tokens = TokenRows(self._encoder_name(), packing.example_of)
+            stack.enter_context(self.router.route(task_ids, tokens))
             for head, module in self._head_modules.items():
                 parent_name, _, child = head.rpartition(".")
                 parent = self.model.get_submodule(parent_name) if parent_name else self.model
                 setattr(parent, child, _RoutedHead(module, self._head_tensors[head], task_ids, widths))
                 stack.callback(setattr, parent, child, module)
             yield
+
+    def _encoder_name(self) -> str:
+        encoder = encoder_of(self.model)
+        return next(name for name, module in self.model.named_modules() if module is encoder)
 
     # ---- public API ----------------------------------------------------------------------------
     def task_index(self, tasks: Union[torch.Tensor, Sequence[Union[str, int]]], device=None) -> torch.Tensor:
@@ -220,7 +229,7 @@ class MultiTaskModel(nn.Module):
                              f"got {ids.tolist()}.")
         return ids.to(device) if device is not None else ids
 
-    def forward(self, input_ids=None, attention_mask=None, task_ids=None, adapter_names=None,
+    def forward(self, input_ids=None, attention_mask=None, task_ids=None, adapter_names=None, pack: bool = False,
                 **kwargs) -> MultiTaskOutput:
         """One forward pass over a mixed batch: example ``i`` uses task ``task_ids[i]``'s biases and head.
 
@@ -228,6 +237,9 @@ class MultiTaskModel(nn.Module):
         ``adapter_names``: the same as a list of names, in PEFT's calling convention
         (``model(**inputs, adapter_names=["sst2", "__base__", ...])``); ``"__base__"`` runs an example
         through the stock model (its own biases and head). Give one of the two.
+        ``pack``: run the encoder on the inputs packed end to end in rows, computing no padding
+        (:mod:`bitfit_hf.adapters.packing`; a right-padded batch of an encoder-only model, where it saves tokens;
+        check a model with :func:`~bitfit_hf.adapters.packing.packing_agrees` first).
         Other keyword arguments (``token_type_ids``, ``inputs_embeds``, ...) go to the model.
         """
         if adapter_names is not None:
@@ -244,7 +256,10 @@ class MultiTaskModel(nn.Module):
         if first is not None and ids.shape[0] != first.shape[0]:
             raise ValueError(f"{ids.shape[0]} task ids for a batch of {first.shape[0]} examples.")
         widths: Dict[int, int] = {}
-        with self._routing(ids, widths):
+        packing = None
+        if pack and attention_mask is not None and input_ids is not None and encoder_of(self.model) is not None:
+            packing = Packing.of(attention_mask)
+        with self._routing(ids, widths, packing):
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         if hasattr(out, "keys"):
             logits = out["logits"] if "logits" in out.keys() else None

@@ -21,6 +21,8 @@ Tables are built once per change of the active set, so a forward pass only gathe
 from __future__ import annotations
 
 import contextlib
+import functools
+from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -31,8 +33,9 @@ from bitfit_hf.tuners import method_spec
 from bitfit_hf.tuners.bias.layer import HOOK_ATTR
 from bitfit_hf.tuners.bias.selection import is_norm
 from bitfit_hf.tuners.routes import ANY_SHIFT, KINDS, Route
+from bitfit_hf.utils.names import is_under
 
-__all__ = ["KINDS", "LayerAdapters", "Route", "Router", "route_of", "stock_route"]
+__all__ = ["KINDS", "LayerAdapters", "Route", "Router", "TokenRows", "route_of", "stock_route"]
 
 
 def _additive_bias(module: nn.Module) -> bool:
@@ -402,40 +405,86 @@ class Router:
         return picked
 
     @contextlib.contextmanager
-    def route(self, ids: torch.Tensor) -> Iterator[None]:
-        """While open, a forward pass of the model changes example ``i`` with adapter ``ids[i]``."""
+    def route(self, ids: torch.Tensor, tokens: Optional[TokenRows] = None) -> Iterator[None]:
+        """While open, a forward pass of the model changes example ``i`` with adapter ``ids[i]``; modules under
+        ``tokens.under`` (a packed encoder) see tokens laid out as ``tokens.example_of`` says."""
         handles = []
         try:
+            batch = ids.shape[0]
+            if tokens is not None:  # one more index, the stock model's, for the pads of packed rows
+                ids = torch.cat([ids, ids.new_full((1,), len(self._active))])
             picked = self._picked_bias(ids)
+            token_ids = ids.index_select(0, tokens.example_of.to(ids.device)) if tokens is not None else None
             for name, layer in self.routed_layers().items():
+                which, per_token, bias = ids[:batch], None, picked.get(name)
+                if tokens is not None and is_under(name, [tokens.under]):
+                    which, per_token = token_ids, tokens.example_of
+                elif bias is not None:
+                    bias = bias[:batch]
                 if "scale_in" in layer.kinds():
-                    handles.append(layer.module.register_forward_pre_hook(_pre_hook(layer, ids)))
-                handles.append(layer.module.register_forward_hook(_post_hook(layer, ids, picked.get(name))))
+                    handles.append(layer.module.register_forward_pre_hook(_pre_hook(layer, which, per_token)))
+                handles.append(layer.module.register_forward_hook(_post_hook(layer, which, bias, per_token)))
             yield
         finally:
             for handle in handles:
                 handle.remove()
 
 
-def _pre_hook(layer: LayerAdapters, which: Union[torch.Tensor, str]):
-    """``which``: per-example indices, or one adapter's name."""
+@dataclass(frozen=True)
+class TokenRows:
+    """A forward pass in which the modules under ``under`` see packed rows ``[rows, row_width, features]``:
+    ``example_of[j]`` is the example at flat position ``j``, or ``batch`` (the stock model) for a pad."""
+
+    under: str
+    example_of: torch.Tensor
+
+
+@functools.lru_cache(maxsize=4)
+def _one_hot(example_of: torch.Tensor, examples: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[tokens, examples]``, built once per pass (the cache holds the last few passes' index tensors)."""
+    return F.one_hot(example_of.to(device), examples).to(dtype)
+
+
+def _per_token(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """``[rows, row_width, features]`` as ``[tokens, 1, features]``: one routed "example" per token."""
+    return None if tensor is None else tensor.reshape(-1, 1, tensor.shape[-1])
+
+
+def _pre_hook(layer: LayerAdapters, which: Union[torch.Tensor, str], per_token: Optional[torch.Tensor] = None):
+    """``which``: per-example (or, with ``per_token``, per-token) indices, or one adapter's name."""
     change = layer.change_input_one if isinstance(which, str) else layer.change_input
 
     def hook(module, args):
         if id(module) in _QUIET:
             return None
-        return (change(args[0], which), *args[1:])
+        x = args[0]
+        if per_token is not None:
+            return (change(_per_token(x), which).view(x.shape), *args[1:])
+        return (change(x, which), *args[1:])
 
     return hook
 
 
-def _post_hook(layer: LayerAdapters, which: Union[torch.Tensor, str], bias: Optional[torch.Tensor] = None):
-    """``bias``: the examples' bias deltas for this layer, gathered before the pass (routed by index only)."""
+def _post_hook(layer: LayerAdapters, which: Union[torch.Tensor, str], bias: Optional[torch.Tensor] = None,
+               per_token: Optional[torch.Tensor] = None):
+    """``bias``: the examples' bias deltas for this layer, gathered before the pass (routed by index only);
+    ``per_token``: the example of each token where the module sees packed rows."""
     if isinstance(which, str):
         change = layer.change_output_one
-    else:
+    elif per_token is None:
         def change(x, out, ids):
             return layer.change_output(x, out, ids, bias)
+    else:
+        # each token's bias delta as (one-hot of its example) @ (the examples' deltas), added by the same matrix
+        # product: a row gather and an add per module cost more
+        deltas = None if bias is None else bias.reshape(bias.shape[0], -1)
+        one_hot = None if bias is None else _one_hot(per_token, bias.shape[0], bias.dtype, bias.device)
+
+        def change(x, out, ids):
+            flat = _per_token(out)
+            if deltas is not None:
+                flat = torch.addmm(flat.reshape(flat.shape[0], -1).to(deltas.dtype), one_hot, deltas).to(out.dtype)
+            return layer.change_output(_per_token(x), _per_token(flat), ids).view(out.shape)
 
     def hook(module, args, output):
         if id(module) in _QUIET:

@@ -66,6 +66,9 @@ def register(verbs) -> None:
     parser.add_argument("--threads", type=int, help="torch threads of the worker (default: torch's)")
     parser.add_argument("--batching", default="mixed", choices=("mixed", "switch"),
                         help="mixed: adapters share forward passes; switch: one adapter per forward pass")
+    parser.add_argument("--packing", default="auto", choices=("auto", "off"),
+                        help="auto: a mixed pass of an encoder runs its inputs packed end to end, computing no "
+                             "padding, where a probe at start shows packed and padded passes agree; off: padded")
     parser.add_argument("--max-batch-size", type=int, default=32, help="inputs in one forward pass")
     parser.add_argument("--max-batch-tokens", type=int, default=16384,
                         help="padded tokens in one forward pass (inputs x the longest one), so long inputs take "
@@ -125,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         max_client_batch_size=args.max_client_batch_size, max_input_length=args.max_input_length,
         payload_limit=args.payload_limit, request_timeout_s=args.request_timeout, auto_truncate=args.auto_truncate,
         batching=args.batching, device=args.device, dtype=args.dtype, threads=args.threads, doc_stride=args.doc_stride,
+        packing=args.packing,
     )
     specs = [parse_adapter_arg(text) for text in [*args.adapters, *args.adapter]]
     base_model = args.base_model

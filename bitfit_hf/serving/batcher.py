@@ -188,22 +188,26 @@ class Worker:
         """Whether ``rows`` inputs padded to ``longest`` tokens stay within both caps of a batch."""
         return rows <= self.max_batch_size and rows * longest <= self.max_batch_tokens
 
-    def _chunks(self, rows: List[Tuple[int, int, Feature]]) -> List[List[Tuple[int, int, Feature]]]:
+    def _chunks(self, rows: List[Tuple[int, int, Feature]], packed: bool = False) -> List[List[Tuple[int, int, Feature]]]:
         """``rows`` (longest first) cut into forward passes within both caps, where the cut computes the fewest
-        tokens: each pass costs its rows times its longest row (padding included) plus what a pass costs beyond
-        its tokens (:attr:`pass_cost`, learned from this worker's passes), so inputs of very different lengths
-        go in passes of their own when the padding saved is worth a pass. A row past the token cap alone is a
-        pass of its own."""
+        tokens: each pass costs its rows times its longest row (padding included; ``packed``: the rows' own
+        tokens, as a packed pass computes) plus what a pass costs beyond its tokens (:attr:`pass_cost`, learned
+        from this worker's passes), so inputs of very different lengths go in padded passes of their own when the
+        padding saved is worth a pass. A row past the token cap alone is a pass of its own."""
         lengths = [row[2].length for row in rows]
         overhead = self.pass_cost.overhead_tokens
         n = len(rows)
+        before = [0]
+        for length in lengths:
+            before.append(before[-1] + length)
         best = [0.0] + [float("inf")] * n  # best[k]: the cheapest cut of the first k rows
         cut = [0] * (n + 1)
         for end in range(1, n + 1):
             for start in range(end - 1, -1, -1):  # rows[start:end] padded to rows[start]'s length
                 if end - start > 1 and not self._fits(end - start, lengths[start]):
                     break
-                cost = best[start] + (end - start) * lengths[start] + overhead
+                tokens = before[end] - before[start] if packed else (end - start) * lengths[start]
+                cost = best[start] + tokens + overhead
                 if cost < best[end]:
                     best[end], cut[end] = cost, start
         chunks: List[List[Tuple[int, int, Feature]]] = []
@@ -296,7 +300,8 @@ class Worker:
         results: List[List[Any]] = [[None] * len(job.inputs) for job in jobs]
         failed: Dict[int, BaseException] = {}
         mode = "mixed" if mixed else "switch"
-        for chunk in self._chunks(rows):
+        packed = bool(getattr(group, "packs", False))
+        for chunk in self._chunks(rows, packed):
             tasks = [jobs[j].adapter for j, _, _ in chunk]
             try:
                 batch = collate([enc for _, _, enc in chunk], self.pad_id, self.left_padding, device)
@@ -315,7 +320,8 @@ class Worker:
                 seconds = time.perf_counter() - began
                 self.metrics.forward_time.labels(mode).observe(seconds)
                 if not switched:  # a switch's own cost is not a pass's
-                    self.pass_cost.observe(len(chunk) * max(enc.length for _, _, enc in chunk), seconds)
+                    lengths = [enc.length for _, _, enc in chunk]
+                    self.pass_cost.observe(sum(lengths) if packed else len(chunk) * max(lengths), seconds)
                     self.metrics.pass_overhead.set(self.pass_cost.overhead_tokens)
                 self.metrics.batch_size.labels(mode).observe(len(chunk))
                 self.metrics.batch_adapters.observe(len(set(tasks)))

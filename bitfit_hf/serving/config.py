@@ -24,6 +24,7 @@ class ServeError(UserError, ValueError):
 
 #: ``--dtype`` choices: the base's weights in that dtype; ``auto`` picks bfloat16 on a CUDA device, float32 elsewhere.
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+PACKING = ("auto", "off")
 
 
 @dataclass
@@ -57,6 +58,7 @@ class ServeConfig:
     dtype: str = "auto"               # "auto": bfloat16 on a CUDA device, float32 on a CPU
     threads: Optional[int] = None     # torch intra-op threads of the worker; None: torch's default
     doc_stride: int = DOC_STRIDE      # tokens two neighbouring windows of a long QA context share
+    packing: str = "auto"             # "auto": an encoder's mixed passes packed where a probe shows it exact; "off"
 
     def __post_init__(self):
         positive = {"max_batch_size": self.max_batch_size, "max_batch_tokens": self.max_batch_tokens, "max_queue": self.max_queue,
@@ -76,6 +78,8 @@ class ServeConfig:
             raise ServeError(f"--batching is 'mixed' or 'switch', not {self.batching!r}.")
         if self.dtype not in DTYPES:
             raise ServeError(f"--dtype is {', '.join(DTYPES)}, not {self.dtype!r}.")
+        if self.packing not in PACKING:
+            raise ServeError(f"--packing is {' or '.join(PACKING)}, not {self.packing!r}.")
         if self.doc_stride < 0:
             raise ServeError(f"--doc-stride must be 0 or more (got {self.doc_stride}).")
         if self.threads is not None and self.threads <= 0:

@@ -136,7 +136,7 @@ class Engine:
                 folders.append(folder)
         if refused:
             raise ServeError("\n".join(refused))
-        registry = Registry(Backbone(base_model, config.device, config.dtype), config.batching)
+        registry = Registry(Backbone(base_model, config.device, config.dtype), config.batching, config.packing)
         order = {spec.name: i for i, spec in enumerate(specs)}
         for name, reason in sorted(registry.add_many(loaded), key=lambda pair: order[pair[0]]):  # as given
             spec = specs[order[name]]
@@ -179,6 +179,7 @@ class Engine:
             "max_concurrent_requests": c.max_queue, "max_client_batch_size": c.max_client_batch_size,
             "max_input_length": self.max_input_length, "doc_stride": c.doc_stride, "payload_limit": c.payload_limit,
             "request_timeout_s": c.request_timeout_s, "auto_truncate": c.auto_truncate, "batching": c.batching,
+            "packing": c.packing,
             "admin": self.admin_token is not None,
         }
 

@@ -32,6 +32,7 @@ from bitfit_hf.adapters.auto import AutoBitFitModel
 from bitfit_hf.adapters.bank import AdapterBank
 from bitfit_hf.adapters.config import AdapterConfig, AdapterError
 from bitfit_hf.adapters.multitask import MultiTaskModel, TaskRefused
+from bitfit_hf.adapters.packing import packing_agrees
 from bitfit_hf.adapters.task_types import QUESTION_ANS, SEQ_CLS, TOKEN_CLS
 from bitfit_hf.data.assets import packaged_copy_or
 from bitfit_hf.serving.config import ServeError
@@ -201,10 +202,12 @@ class MixedGroup:
 
     mode = "mixed"
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, packing: str = "auto"):
         self.bank = AdapterBank(model)
         self.model = self.bank.model
         self.mt: Optional[MultiTaskModel] = None
+        self.packing = packing
+        self.packs: Optional[bool] = None  # decided by the first build_tables, on the worker
 
     @property
     def names(self) -> List[str]:
@@ -240,12 +243,19 @@ class MixedGroup:
         self.rebuild([])
 
     def build_tables(self) -> None:
-        """The routing tables, built on the calling thread (the worker's: see :meth:`MultiTaskModel.build_tables`)."""
+        """The routing tables, built on the calling thread (the worker's: see :meth:`MultiTaskModel.build_tables`);
+        the first time, whether this model's passes are packed: ``--packing auto`` packs a model whose packed
+        pass gives what its padded pass gives on a probe batch (a check that runs the model, so on the worker)."""
         if self.mt is not None:
             self.mt.build_tables()
+        if self.packs is None:
+            self.packs = self.packing == "auto" and packing_agrees(self.model)
+            if self.packing == "auto" and not self.packs:
+                logger.info("bitfit-hf serve: %s passes are padded, not packed: its encoder is not one packing "
+                            "gives the same outputs on (--packing).", type(self.model).__name__)
 
     def forward(self, batch: Dict[str, torch.Tensor], tasks: List[str]):
-        return self.mt(task_ids=tasks, **batch)
+        return self.mt(task_ids=tasks, pack=bool(self.packs), **batch)
 
 
 def _culprits(err: AdapterError, candidates: List[str]) -> List[str]:
@@ -293,9 +303,10 @@ class Registry:
     """The served adapters. ``entries`` is replaced, never changed in place (copy-on-write): request
     handlers read it from other threads while the worker adds and removes."""
 
-    def __init__(self, backbone: Backbone, batching: str = "mixed"):
+    def __init__(self, backbone: Backbone, batching: str = "mixed", packing: str = "auto"):
         self.backbone = backbone
         self.batching = batching
+        self.packing = packing
         self.groups: Dict[Tuple[str, str], Any] = {}
         self._entries: Mapping[str, Entry] = MappingProxyType({})
         self._built: Dict[Tuple[str, str], nn.Module] = {}  # models built ahead, off the worker (prebuild)
@@ -354,7 +365,7 @@ class Registry:
             with self._building:
                 model = self._built.pop(key, None)
             model = model if model is not None else self.backbone.build(adapter)
-            self.groups[key] = MixedGroup(model) if mode == "mixed" else SwitchGroup(model)
+            self.groups[key] = MixedGroup(model, self.packing) if mode == "mixed" else SwitchGroup(model)
         return key, self.groups[key]
 
     def add_many(self, items: List[Tuple[str, str, Optional[str], BitFitAdapter]]) -> List[Tuple[str, str]]:
