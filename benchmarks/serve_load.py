@@ -3,6 +3,7 @@
     python benchmarks/serve_load.py              # the table in benchmarks/README.md (a few minutes)
     python benchmarks/serve_load.py --quick      # 1 and 8 adapters, few requests (the test suite runs it)
     python benchmarks/serve_load.py --adapters 8 --ray-replicas 1,2   # the plain server vs `serve --ray`
+    python benchmarks/serve_load.py --adapters 64 --baseline-checkout ../old --also-padded   # vs another commit, and vs --packing off
 
 What it does:
 
