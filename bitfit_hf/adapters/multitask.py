@@ -152,6 +152,7 @@ class MultiTaskModel(nn.Module):
             self.router.add(task, routed)
         self.router.set_active(self.tasks)
         self.head_modules = heads
+        self._encoder: Optional[str] = None  # the encoder's module name, for packed passes
         self._head_tensors = {head: self._head_table(head, modules[head]) for head in heads}
         self._head_modules = {h: modules[h] for h in heads}
 
@@ -207,8 +208,10 @@ class MultiTaskModel(nn.Module):
             yield
 
     def _encoder_name(self) -> str:
-        encoder = encoder_of(self.model)
-        return next(name for name, module in self.model.named_modules() if module is encoder)
+        if self._encoder is None:
+            encoder = encoder_of(self.model)
+            self._encoder = next(name for name, module in self.model.named_modules() if module is encoder)
+        return self._encoder
 
     # ---- public API ----------------------------------------------------------------------------
     def task_index(self, tasks: Union[torch.Tensor, Sequence[Union[str, int]]], device=None) -> torch.Tensor:

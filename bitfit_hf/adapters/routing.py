@@ -21,7 +21,6 @@ Tables are built once per change of the active set, so a forward pass only gathe
 from __future__ import annotations
 
 import contextlib
-import functools
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -415,6 +414,7 @@ class Router:
                 ids = torch.cat([ids, ids.new_full((1,), len(self._active))])
             picked = self._picked_bias(ids)
             token_ids = ids.index_select(0, tokens.example_of.to(ids.device)) if tokens is not None else None
+            one_hot = _one_hots(tokens.example_of, batch + 1) if tokens is not None else None
             for name, layer in self.routed_layers().items():
                 which, per_token, bias = ids[:batch], None, picked.get(name)
                 if tokens is not None and is_under(name, [tokens.under]):
@@ -423,7 +423,7 @@ class Router:
                     bias = bias[:batch]
                 if "scale_in" in layer.kinds():
                     handles.append(layer.module.register_forward_pre_hook(_pre_hook(layer, which, per_token)))
-                handles.append(layer.module.register_forward_hook(_post_hook(layer, which, bias, per_token)))
+                handles.append(layer.module.register_forward_hook(_post_hook(layer, which, bias, per_token, one_hot)))
             yield
         finally:
             for handle in handles:
@@ -439,10 +439,16 @@ class TokenRows:
     example_of: torch.Tensor
 
 
-@functools.lru_cache(maxsize=4)
-def _one_hot(example_of: torch.Tensor, examples: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``[tokens, examples]``, built once per pass (the cache holds the last few passes' index tensors)."""
-    return F.one_hot(example_of.to(device), examples).to(dtype)
+def _one_hots(example_of: torch.Tensor, examples: int) -> Callable[[torch.dtype, torch.device], torch.Tensor]:
+    """``[tokens, examples]`` one-hot rows of each token's example, made once per pass for each dtype and device."""
+    made: Dict[Tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+    def one_hot(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        if (dtype, device) not in made:
+            made[dtype, device] = F.one_hot(example_of.to(device), examples).to(dtype)
+        return made[dtype, device]
+
+    return one_hot
 
 
 def _per_token(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -466,9 +472,9 @@ def _pre_hook(layer: LayerAdapters, which: Union[torch.Tensor, str], per_token: 
 
 
 def _post_hook(layer: LayerAdapters, which: Union[torch.Tensor, str], bias: Optional[torch.Tensor] = None,
-               per_token: Optional[torch.Tensor] = None):
+               per_token: Optional[torch.Tensor] = None, one_hots: Optional[Callable] = None):
     """``bias``: the examples' bias deltas for this layer, gathered before the pass (routed by index only);
-    ``per_token``: the example of each token where the module sees packed rows."""
+    ``per_token``: the example of each token where the module sees packed rows, ``one_hots`` its one-hot rows."""
     if isinstance(which, str):
         change = layer.change_output_one
     elif per_token is None:
@@ -478,7 +484,7 @@ def _post_hook(layer: LayerAdapters, which: Union[torch.Tensor, str], bias: Opti
         # each token's bias delta as (one-hot of its example) @ (the examples' deltas), added by the same matrix
         # product: a row gather and an add per module cost more
         deltas = None if bias is None else bias.reshape(bias.shape[0], -1)
-        one_hot = None if bias is None else _one_hot(per_token, bias.shape[0], bias.dtype, bias.device)
+        one_hot = None if bias is None else one_hots(bias.dtype, bias.device)
 
         def change(x, out, ids):
             flat = _per_token(out)

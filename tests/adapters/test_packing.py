@@ -117,3 +117,7 @@ def test_packing_leaves_no_hook_behind():
     with packed(model, packing):
         assert encoder._forward_pre_hooks and encoder._forward_hooks
     assert not encoder._forward_pre_hooks and not encoder._forward_hooks
+
+
+def test_a_bfloat16_model_is_checked_to_its_own_precision():
+    assert packing_agrees(_base("bert", "seq").to(torch.bfloat16))
