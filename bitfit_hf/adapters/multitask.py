@@ -198,7 +198,7 @@ class MultiTaskModel(nn.Module):
             tokens = None
             if packing is not None:
                 stack.enter_context(packed(self.model, packing))
-                tokens = TokenRows(self._encoder_name(), packing.example_of)
+                tokens = TokenRows(self._encoder_name(), packing.example_of.view(packing.rows, packing.row_width))
             stack.enter_context(self.router.route(task_ids, tokens))
             for head, module in self._head_modules.items():
                 parent_name, _, child = head.rpartition(".")

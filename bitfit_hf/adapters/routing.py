@@ -413,8 +413,10 @@ class Router:
             if tokens is not None:  # one more index, the stock model's, for the pads of packed rows
                 ids = torch.cat([ids, ids.new_full((1,), len(self._active))])
             picked = self._picked_bias(ids)
-            token_ids = ids.index_select(0, tokens.example_of.to(ids.device)) if tokens is not None else None
-            one_hot = _one_hots(tokens.example_of, batch + 1) if tokens is not None else None
+            token_ids = one_hot = None
+            if tokens is not None:
+                token_ids = ids.index_select(0, tokens.example_of.flatten().to(ids.device))
+                one_hot = _one_hots(tokens.example_of, batch + 1)
             for name, layer in self.routed_layers().items():
                 which, per_token, bias = ids[:batch], None, picked.get(name)
                 if tokens is not None and is_under(name, [tokens.under]):
@@ -433,14 +435,15 @@ class Router:
 @dataclass(frozen=True)
 class TokenRows:
     """A forward pass in which the modules under ``under`` see packed rows ``[rows, row_width, features]``:
-    ``example_of[j]`` is the example at flat position ``j``, or ``batch`` (the stock model) for a pad."""
+    ``example_of[r, j]`` is the example at position ``j`` of row ``r``, or ``batch`` (the stock model) for a pad."""
 
     under: str
     example_of: torch.Tensor
 
 
 def _one_hots(example_of: torch.Tensor, examples: int) -> Callable[[torch.dtype, torch.device], torch.Tensor]:
-    """``[tokens, examples]`` one-hot rows of each token's example, made once per pass for each dtype and device."""
+    """``[rows, row_width, examples]`` one-hot rows of each token's example, made once per pass for each dtype and
+    device."""
     made: Dict[Tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
     def one_hot(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -481,16 +484,22 @@ def _post_hook(layer: LayerAdapters, which: Union[torch.Tensor, str], bias: Opti
         def change(x, out, ids):
             return layer.change_output(x, out, ids, bias)
     else:
-        # each token's bias delta as (one-hot of its example) @ (the examples' deltas), added by the same matrix
-        # product: a row gather and an add per module cost more
-        deltas = None if bias is None else bias.reshape(bias.shape[0], -1)
-        one_hot = None if bias is None else one_hots(bias.dtype, bias.device)
+        # each token's bias delta as (one-hot of its example) @ (the examples' deltas), added by the same batched
+        # matrix product, one operator: a row gather and an add cost more, and each operator of a pass waits for
+        # the GIL again under a busy server
+        deltas = one_hot = None
+        if bias is not None:
+            one_hot = one_hots(bias.dtype, bias.device)
+            deltas = bias.transpose(0, 1).expand(one_hot.shape[0], *bias.shape[::2])  # [rows, examples, features]
+        others = set(layer.kinds()) - {"bias", "scale_in"}
 
         def change(x, out, ids):
-            flat = _per_token(out)
             if deltas is not None:
-                flat = torch.addmm(flat.reshape(flat.shape[0], -1).to(deltas.dtype), one_hot, deltas).to(out.dtype)
-            return layer.change_output(_per_token(x), _per_token(flat), ids).view(out.shape)
+                out = torch.baddbmm(out, one_hot, deltas) if out.dtype == deltas.dtype else \
+                    torch.baddbmm(out.to(deltas.dtype), one_hot, deltas).to(out.dtype)
+            if not others:
+                return out
+            return layer.change_output(_per_token(x), _per_token(out), ids).view(out.shape)
 
     def hook(module, args, output):
         if id(module) in _QUIET:
