@@ -165,8 +165,11 @@ class Engine:
         return dict(self.registry.entries)
 
     def adapters(self) -> List[Dict[str, Any]]:
+        """Each served adapter's description, with ``packed``: whether its passes run packed (``--packing``)."""
         base = self.registry.backbone.source
-        return [e.describe(base) for e in self.registry.entries.values()]
+        groups = self.registry.groups
+        return [{**e.describe(base), "packed": bool(getattr(groups.get(e.group), "packs", False))}
+                for e in self.registry.entries.values()]
 
     def info(self) -> Dict[str, Any]:
         c = self.config

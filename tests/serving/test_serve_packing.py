@@ -4,7 +4,7 @@ padded passes of ``--packing off`` answer; a wrong value is a clear error."""
 from __future__ import annotations
 
 import pytest
-from serve_support import adapters, predict, specs, start_server  # noqa: F401 - fixtures
+from serve_support import adapters, call, predict, specs, start_server  # noqa: F401 - fixtures
 
 from bitfit_hf.serving.config import ServeConfig, ServeError
 
@@ -26,6 +26,8 @@ def test_packed_and_padded_servers_answer_the_same(adapters, start_server):  # n
     got, want = _answers(packed, names), _answers(padded, names)
     assert all(g.packs for g in groups[packed]) and not any(g.packs for g in groups[padded])
     assert packed.engine.info()["packing"] == "auto"
+    listed = {server: {a["name"]: a["packed"] for a in call(server.url, "GET", "/adapters")[2]} for server in (packed, padded)}
+    assert listed[packed] == dict.fromkeys(names, True) and listed[padded] == dict.fromkeys(names, False)
     for (status, _, body), (status_off, _, body_off) in zip(got, want):
         assert status == status_off == 200
         _same(body, body_off)
