@@ -165,10 +165,11 @@ class Engine:
         return dict(self.registry.entries)
 
     def adapters(self) -> List[Dict[str, Any]]:
-        """Each served adapter's description, with ``packed``: whether its passes run packed (``--packing``)."""
+        """Each served adapter's description, with ``packed``: whether its passes run packed (``--packing``; None
+        until the worker's probe has run for its group)."""
         base = self.registry.backbone.source
         groups = self.registry.groups
-        return [{**e.describe(base), "packed": bool(getattr(groups.get(e.group), "packs", False))}
+        return [{**e.describe(base), "packed": getattr(groups.get(e.group), "packs", False)}
                 for e in self.registry.entries.values()]
 
     def info(self) -> Dict[str, Any]:

@@ -76,6 +76,7 @@ def test_hot_add_and_remove_while_serving(adapters, start_server, caplog):  # no
 
 def test_an_adapter_that_fails_to_load_leaves_the_others_serving(adapters, start_server, tmp_path):  # noqa: F811
     server = start_server(specs(adapters, "c0", "c1"), admin_token=ADMIN_TOKEN)
+    assert predict(server.url, {"inputs": "the cat", "adapter": "c0"})[0] == 200  # the worker has started
     before = call(server.url, "GET", "/adapters")[2]
     damaged = shutil.copytree(adapters["c2"], tmp_path / "damaged")
     weights = os.path.join(damaged, "adapter_model.safetensors")
