@@ -96,26 +96,25 @@ class Packing:
         row_width = max(sum(lengths[i] for i in row) for row in rows)
         if len(rows) * row_width >= batch * width:
             return None
-        take = [0] * (len(rows) * row_width)
-        example_of = [batch] * len(take)
-        segment = [-1] * len(take)
-        put = [len(take)] * (batch * width)
+        device = attention_mask.device
+        starts, segments = [0] * batch, [0] * batch  # each input's first packed position, its block in its row
         for r, row in enumerate(rows):
             at = r * row_width
             for s, i in enumerate(row):
-                for t in range(lengths[i]):
-                    take[at + t] = i * width + t
-                    put[i * width + t] = at + t
-                    example_of[at + t] = i
-                    segment[at + t] = s
+                starts[i], segments[i] = at, s
                 at += lengths[i]
-        device = attention_mask.device
-
-        def as_tensor(values):
-            return torch.tensor(values, dtype=torch.long, device=device)
-
-        return cls(batch, width, len(rows), row_width, as_tensor(take), as_tensor(put), as_tensor(example_of),
-                   as_tensor(segment).view(len(rows), row_width))
+        size = len(rows) * row_width
+        counts = torch.tensor(lengths, device=device)
+        example = torch.repeat_interleave(torch.arange(batch, device=device), counts)
+        within = torch.arange(sum(lengths), device=device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        dst = torch.repeat_interleave(torch.tensor(starts, device=device), counts) + within
+        src = example * width + within
+        take = torch.zeros(size, dtype=torch.long, device=device).index_copy_(0, dst, src)
+        put = torch.full((batch * width,), size, dtype=torch.long, device=device).index_copy_(0, src, dst)
+        example_of = torch.full((size,), batch, dtype=torch.long, device=device).index_copy_(0, dst, example)
+        segment = torch.full((size,), -1, dtype=torch.long, device=device).index_copy_(
+            0, dst, torch.repeat_interleave(torch.tensor(segments, device=device), counts))
+        return cls(batch, width, len(rows), row_width, take, put, example_of, segment.view(len(rows), row_width))
 
     def pack(self, hidden: torch.Tensor) -> torch.Tensor:
         """``[batch, width, ...]`` to ``[rows, row_width, ...]``."""
