@@ -167,6 +167,31 @@ def _cpu_seconds(pid: int) -> float:
     return total
 
 
+def _thread_cpu(pid: int) -> Dict[str, float]:
+    """CPU seconds so far of the server's threads by kind: ``event loop`` (the main thread of the process
+    ``pid``), the OS name of every other thread (``bitfit-worker``: the worker and the torch threads it started;
+    ``bitfit-tokenize``; a release that names no thread shows ``python``), and ``other processes`` (a Ray
+    cluster's)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found: Dict[str, float] = {}
+    for each in _tree(pid):
+        try:
+            tasks = os.listdir(f"/proc/{each}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{each}/task/{tid}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{each}/task/{tid}/comm") as handle:
+                    name = handle.read().strip()
+            except OSError:
+                continue
+            kind = "other processes" if each != pid else ("event loop" if int(tid) == pid else name)
+            found[kind] = found.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
 def _status(pid: int) -> Dict[str, int]:
     """VmRSS and VmHWM summed over the process and those below it (one process for the plain server)."""
     found = {"VmRSS": 0, "VmHWM": 0}
@@ -355,6 +380,7 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
         warm = closed_loop(server, names, texts, args.clients, args.warmup, seed=10_000 + rep)
         before = metrics_of(server)
         cpu_before = _cpu_seconds(server.proc.pid)
+        threads_before = _thread_cpu(server.proc.pid)
         stop = threading.Event()
         if cfg.get("churn"):
             churner = threading.Thread(target=lambda: churn.update(admin_churn(server, args.churn_sources, stop)))
@@ -364,6 +390,7 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
         if cfg.get("churn"):
             churner.join()
         cpu = _cpu_seconds(server.proc.pid) - cpu_before
+        threads_after = _thread_cpu(server.proc.pid)
         after = metrics_of(server)
         memory = _status(server.proc.pid)
     finally:
@@ -372,10 +399,34 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
         raise RuntimeError(f"{cfg['key']}: {result['failed'] + warm['failed']} failed requests: {result['failures'] or warm['failures']}")
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     batches = delta.get("bitfit_serve_batch_size_count", 0.0) or 1.0
+    by_thread = {kind: 1000 * (seconds - threads_before.get(kind, 0.0)) / result["requests"]
+                 for kind, seconds in threads_after.items()}
     return {**result, "rss_bytes": memory["VmRSS"], "server_cpu_ms": 1000 * cpu / result["requests"], "hwm_bytes": memory["VmHWM"],
+            "thread_cpu_ms": {kind: ms for kind, ms in by_thread.items() if ms > 0.0},
             "mean_batch": delta.get("bitfit_serve_batch_size_sum", 0.0) / batches,
             "mean_adapters_per_batch": delta.get("bitfit_serve_batch_adapters_sum", 0.0) / (delta.get("bitfit_serve_batch_adapters_count") or 1.0),
             "switches": delta.get("bitfit_serve_adapter_switches_total", 0.0), **churn}
+
+
+THREAD_ORDER = ("bitfit-worker", "event loop", "bitfit-tokenize", "python", "other processes")
+
+
+def thread_table(rows: List[dict]) -> List[str]:
+    """Markdown lines: each configuration's server CPU per request by thread kind (medians over its runs)."""
+    kinds = sorted({kind for row in rows for run in row["runs"] for kind in run.get("thread_cpu_ms", {})},
+                   key=lambda kind: (THREAD_ORDER.index(kind) if kind in THREAD_ORDER else len(THREAD_ORDER), kind))
+    if not kinds:
+        return []
+    names = {"bitfit-worker": "worker (and its torch threads)", "bitfit-tokenize": "tokenizing threads",
+             "python": "unnamed threads", "event loop": "event loop (HTTP)"}
+    lines = ["Server CPU ms per request by thread (the server's threads, by their OS names; a release that names "
+             "none shows them as unnamed):", "",
+             "| configuration | " + " | ".join(names.get(kind, kind) for kind in kinds) + " |",
+             "| --- |" + " ---: |" * len(kinds)]
+    for row in rows:
+        cells = [statistics.median(run.get("thread_cpu_ms", {}).get(kind, 0.0) for run in row["runs"]) for kind in kinds]
+        lines.append(f"| {row['what']} | " + " | ".join(f"{cell:.2f}" for cell in cells) + " |")
+    return lines
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -504,6 +555,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"they answered: a tagger, whose first add builds a model for a new head type, and an (IA)³ "
                   f"classifier; slowest add {statistics.median(r['add_ms_max'] for r in churned[0]['runs']):.0f} ms), "
                   f"the other traffic's p99 was **{ratio:.2f}×** its p99 without adds (median of per-run ratios).")
+    md.extend(["", *thread_table(rows)])
     md.append("")
     md.append(f"Closed loop: {args.clients} clients, {args.requests} measured requests per run after {args.warmup} "
               f"warm-up, {reps} run(s) per configuration in rotating order (medians; ratios are medians of per-run "

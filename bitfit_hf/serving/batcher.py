@@ -34,8 +34,12 @@ from bitfit_hf.serving.metrics import Metrics
 from bitfit_hf.serving.models import Registry
 from bitfit_hf.serving.pass_cost import PassCost
 from bitfit_hf.serving.tasks import InputError
+from bitfit_hf.utils.os_threads import name_os_thread
 
 logger = logging.getLogger(__name__)
+
+#: The OS name of the worker thread and of the torch threads it starts (``top -H``; benchmarks/serve_load.py).
+WORKER_THREAD = "bitfit-worker"
 
 
 class QueueFull(Exception):
@@ -218,6 +222,7 @@ class Worker:
         return chunks[::-1]
 
     def _run(self) -> None:
+        name_os_thread(WORKER_THREAD)  # before torch starts its threads here: they take the name too
         if self.threads:
             torch.set_num_threads(self.threads)
         self._build_tables()

@@ -30,6 +30,7 @@ from bitfit_hf.serving.models import TASKS, Backbone, Entry, Registry
 from bitfit_hf.serving.tasks import InputError, refused
 from bitfit_hf.utils.constants import __version__
 from bitfit_hf.utils.errors import UserError, first_line
+from bitfit_hf.utils.os_threads import name_os_thread
 from bitfit_hf.utils.secrets import SecretStr
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ def load_tokenizer(folders: List[str], base: Optional[str]):
     raise ServeError(f"no tokenizer beside the adapters or at the base {base!r}; pass --tokenizer DIR.")
 
 
+#: The OS name of the tokenizing threads (``top -H``; benchmarks/serve_load.py).
+TOKENIZER_THREAD = "bitfit-tokenize"
+
+
 class Tokenizers:
     """Tokenizing off the event loop: a few worker threads, each with its own copy of the tokenizer per
     truncation side. A fast tokenizer keeps truncation settings in its Rust state, set by each call, so
@@ -66,7 +71,8 @@ class Tokenizers:
 
     def __init__(self, tokenizer, workers: int):
         self.tokenizer = tokenizer
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bitfit-tokenize")
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=TOKENIZER_THREAD,
+                                        initializer=name_os_thread, initargs=(TOKENIZER_THREAD,))
         self._local = threading.local()
 
     def for_side(self, side: str):

@@ -28,3 +28,8 @@ def test_serve_load_quick(tmp_path, minilm_dir):
     assert rows["mixed-8"]["mean_adapters_per_batch"] >= 1 and rows["switch-8"]["mean_adapters_per_batch"] == 1
     assert result["full_copies_rss_bytes"]["8"] > 7 * result["full_model_bytes"]
     assert "Machine:" in md.read_text() and "(c) one full model copy per task" in md.read_text()
+    if sys.platform.startswith("linux"):  # the server's CPU by thread, from /proc
+        for row in rows.values():
+            assert {"bitfit-worker", "event loop"} <= set(row["runs"][0]["thread_cpu_ms"])
+            assert sum(row["runs"][0]["thread_cpu_ms"].values()) == pytest.approx(row["runs"][0]["server_cpu_ms"], rel=0.25, abs=3.0)  # clock ticks
+        assert "| configuration | worker (and its torch threads) | event loop (HTTP) |" in md.read_text()

@@ -5,9 +5,12 @@ every pass slower under load. And the bias deltas a pass gathers at once equal t
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 import time
 
+import pytest
 import torch
 from serve_support import adapters, specs  # noqa: F401 - fixture
 
@@ -55,3 +58,28 @@ def test_the_gathered_bias_deltas_are_each_layers_rows(adapters):  # noqa: F811
             continue
         assert torch.equal(picked[name].squeeze(1), rows[ids])
         assert not picked[name][2].any()  # the stock model's row adds nothing
+
+
+def test_the_worker_its_torch_threads_and_the_tokenizers_carry_their_os_names(adapters):  # noqa: F811
+    """So `top -H` and benchmarks/serve_load.py can tell the server's CPU by thread."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc (Linux)")
+    from bitfit_hf.serving.batcher import WORKER_THREAD
+    from bitfit_hf.serving.engine import TOKENIZER_THREAD
+
+    engine = Engine.create(specs(adapters, "c0", "c1"), tokenizer=adapters["base"])
+    try:
+        body = {"inputs": "a short sentence", "adapter": "c0"}
+        asyncio.run(engine.prepare_off_loop(body))  # starts a tokenizing thread
+        done = threading.Event()
+        engine.submit(engine.resolve("c0"), engine.prepare(body)[2], lambda result, error: done.set(), time.monotonic() + 60)
+        assert done.wait(60)
+        names = {}
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/comm") as handle:
+                names[int(tid)] = handle.read().strip()
+        worker = next(t for t in threading.enumerate() if t.name == "bitfit-serve-worker")
+        assert names[worker.native_id] == WORKER_THREAD
+        assert TOKENIZER_THREAD in names.values()
+    finally:
+        engine.close()
