@@ -43,7 +43,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 from report import footer, load_average, machine_info, write_outputs  # benchmarks/report.py
 
@@ -256,8 +256,11 @@ class Server:
                 self.proc.kill()
 
 
-def closed_loop(server: Server, names: List[str], texts: List[str], clients: int, requests: int, seed: int) -> dict:
-    """``clients`` threads, one keep-alive connection each, until ``requests`` answers came back."""
+def closed_loop(server: Union[Server, List[Server]], names: List[str], texts: List[str], clients: int, requests: int,
+                seed: int) -> dict:
+    """``clients`` threads, one keep-alive connection each, until ``requests`` answers came back; with a list of
+    servers, client ``k`` talks to server ``k`` modulo their number (the clients split evenly)."""
+    servers = server if isinstance(server, list) else [server]
     lock = threading.Lock()
     sent = [0]
     latencies: List[float] = []
@@ -265,7 +268,8 @@ def closed_loop(server: Server, names: List[str], texts: List[str], clients: int
 
     def client(k: int) -> None:
         rng = random.Random(seed * 1000 + k)
-        conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+        target = servers[k % len(servers)]
+        conn = http.client.HTTPConnection(target.host, target.port, timeout=120)
         while True:
             with lock:
                 if sent[0] >= requests:
@@ -367,34 +371,48 @@ def metrics_of(server: Server) -> Dict[str, float]:
     return found
 
 
+def _summed(counts: Iterable[Dict[str, float]]) -> Dict[str, float]:
+    """Key-wise sums (one server's figures, or several servers' together)."""
+    total: Dict[str, float] = {}
+    for each in counts:
+        for key, value in each.items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
 def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts: List[str], workdir: str, rep: int) -> dict:
     names = sorted(adapters)[: cfg["n"]]
     spec_file = os.path.join(workdir, f"{cfg['key']}.json")
     with open(spec_file, "w") as handle:
         json.dump({"adapters": {n: adapters[n] for n in names}}, handle)
-    server = Server(spec_file, tokenizer, cfg["batching"], args.threads, args.max_batch_size, args.max_wait_ms,
-                    args.device, cfg.get("dtype", args.dtype), cfg.get("ray", 0), admin_token=CHURN_TOKEN if cfg.get("churn") else None,
-                    checkout=cfg.get("checkout"), flags=cfg.get("flags", ()))
+    servers: List[Server] = []
     churn: Dict[str, float] = {}
     try:
-        warm = closed_loop(server, names, texts, args.clients, args.warmup, seed=10_000 + rep)
-        before = metrics_of(server)
-        cpu_before = _cpu_seconds(server.proc.pid)
-        threads_before = _thread_cpu(server.proc.pid)
+        for _ in range(cfg.get("split", 1)):  # split: that many servers of one torch thread each
+            servers.append(Server(spec_file, tokenizer, cfg["batching"], 1 if cfg.get("split") else args.threads,
+                                  args.max_batch_size, args.max_wait_ms, args.device, cfg.get("dtype", args.dtype),
+                                  cfg.get("ray", 0), admin_token=CHURN_TOKEN if cfg.get("churn") else None,
+                                  checkout=cfg.get("checkout"), flags=cfg.get("flags", ())))
+        server = servers[0]
+        warm = closed_loop(servers, names, texts, args.clients, args.warmup, seed=10_000 + rep)
+        before = _summed(metrics_of(each) for each in servers)
+        cpu_before = sum(_cpu_seconds(each.proc.pid) for each in servers)
+        threads_before = _summed(_thread_cpu(each.proc.pid) for each in servers)
         stop = threading.Event()
         if cfg.get("churn"):
             churner = threading.Thread(target=lambda: churn.update(admin_churn(server, args.churn_sources, stop)))
             churner.start()
-        result = closed_loop(server, names, texts, args.clients, args.requests, seed=rep)
+        result = closed_loop(servers, names, texts, args.clients, args.requests, seed=rep)
         stop.set()
         if cfg.get("churn"):
             churner.join()
-        cpu = _cpu_seconds(server.proc.pid) - cpu_before
-        threads_after = _thread_cpu(server.proc.pid)
-        after = metrics_of(server)
-        memory = _status(server.proc.pid)
+        cpu = sum(_cpu_seconds(each.proc.pid) for each in servers) - cpu_before
+        threads_after = _summed(_thread_cpu(each.proc.pid) for each in servers)
+        after = _summed(metrics_of(each) for each in servers)
+        memory = _summed(_status(each.proc.pid) for each in servers)
     finally:
-        server.stop()
+        for each in servers:
+            each.stop()
     if warm["failed"] or result["failed"]:
         raise RuntimeError(f"{cfg['key']}: {result['failed'] + warm['failed']} failed requests: {result['failures'] or warm['failures']}")
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
@@ -454,6 +472,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "(default: --dtype)")
     parser.add_argument("--also-padded", action="store_true", help="also run the largest count mixed with "
                         "--packing off (every pass padded), in the same rotation")
+    parser.add_argument("--split-servers", type=int, default=0,
+                        help="also run the largest count mixed as N servers of one torch thread each, the clients "
+                             "split evenly among them (a process per core behind a load balancer), in the same rotation")
     parser.add_argument("--admin-churn", action="store_true", help="also run the largest count while an admin adds "
                         "and removes adapters (a tagger and an (IA)3 classifier) every 0.25 s: p99 with and without")
     parser.add_argument("--json", default=None)
@@ -485,6 +506,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             args.churn_sources = build_churn_adapters(workdir, args.base)
             configs.append({"key": f"churn-{biggest}", "n": biggest, "batching": "mixed", "churn": True,
                             "what": f"{biggest} adapters, mixed, while an admin adds and removes adapters"})
+        if args.split_servers:
+            configs.append({"key": f"split-{biggest}", "n": biggest, "batching": "mixed", "split": args.split_servers,
+                            "what": f"{biggest} adapters, mixed batches, {args.split_servers} servers of one torch "
+                                    "thread each (the clients split evenly)"})
         if args.also_padded:
             configs.append({"key": f"padded-{biggest}", "n": biggest, "batching": "mixed", "flags": ["--packing", "off"],
                             "what": f"{biggest} adapters, mixed batches, --packing off"})
