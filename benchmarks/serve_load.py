@@ -564,12 +564,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                       f"{value / 2**20:.0f} | {value / one_rss:.2f}× |")
     baseline = [row for row in rows if row.get("checkout")]
     if baseline:
-        ours = runs[f"mixed-{biggest}"]
-        rps = statistics.median(o["rps"] / b["rps"] for o, b in zip(ours, baseline[0]["runs"]))
-        p99 = statistics.median(o["p99_ms"] / b["p99_ms"] for o, b in zip(ours, baseline[0]["runs"]))
         md.append("")
-        md.append(f"Against {baseline[0]['what'].split(', ', 2)[-1]}, same adapters and clients, in the same rotation: "
-                  f"**{rps:.2f}×** its requests/s and {p99:.2f}× its p99 (medians of per-run ratios).")
+        md.append(f"Against {baseline[0]['what'].split(', ', 2)[-1]}, same adapters and clients, in the same rotation "
+                  "(medians of per-run ratios):")
+        for key in (f"mixed-{biggest}", f"padded-{biggest}", f"split-{biggest}"):
+            if key in runs:
+                rps = statistics.median(o["rps"] / b["rps"] for o, b in zip(runs[key], baseline[0]["runs"]))
+                p99 = statistics.median(o["p99_ms"] / b["p99_ms"] for o, b in zip(runs[key], baseline[0]["runs"]))
+                what = next(row["what"] for row in rows if row["key"] == key)
+                md.append(f"* {what}: **{rps:.2f}×** its requests/s and {p99:.2f}× its p99.")
     churned = [row for row in rows if row.get("churn")]
     if churned:
         plain = runs[f"mixed-{biggest}"]

@@ -103,9 +103,9 @@ def served_group(adapters: Dict[str, str], base: str, texts: List[str]):
     return group, collate(features, engine.worker.pad_id, False, "cpu"), tasks
 
 
-def stock_runtimes(base: str, batch: Dict, workdir: str) -> Tuple[Dict[str, Callable], Dict[str, str], Dict[str, float]]:
+def stock_runtimes(base: str, batch: Dict, workdir: str):
     """``{runtime: make(threads) -> run}`` for the stock base encoder on ``batch``, the runtimes skipped with why,
-    and each runtime's largest difference from eager on real tokens."""
+    each runtime's largest difference from eager on real tokens, and the versions of the packages beyond torch."""
     import torch
     from transformers import AutoModel
 
@@ -127,6 +127,7 @@ def stock_runtimes(base: str, batch: Dict, workdir: str) -> Tuple[Dict[str, Call
     runtimes: Dict[str, Callable] = {"eager": lambda threads: (lambda: encoder(ids, mask))}
     skipped: Dict[str, str] = {}
     differences: Dict[str, float] = {}
+    versions: Dict[str, str] = {}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         traced = torch.jit.freeze(torch.jit.trace(encoder, (ids, mask), check_trace=False).eval())
@@ -155,8 +156,11 @@ def stock_runtimes(base: str, batch: Dict, workdir: str) -> Tuple[Dict[str, Call
 
             out = torch.from_numpy(session(1)()[0])
             differences["onnxruntime"] = float((out - reference)[real].abs().max())
+            import onnx
+
+            versions.update(onnxruntime=ort.__version__, onnx=onnx.__version__)
             runtimes["onnxruntime"] = session
-    return runtimes, skipped, differences
+    return runtimes, skipped, differences, versions
 
 
 def markdown_table(rows: List[dict]) -> str:
@@ -209,7 +213,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 checks["served packed vs padded, logits"] = float((group.mt(task_ids=tasks, pack=True, **batch).logits
                                                                    - padded_out).abs().max())
                 layouts["packed"] = lambda: group.mt(task_ids=tasks, pack=True, **batch)
-            runtimes, skipped, differences = stock_runtimes(base, batch, workdir)
+            runtimes, skipped, differences, versions = stock_runtimes(base, batch, workdir)
         checks.update({f"stock base {name} vs eager, real tokens": value for name, value in differences.items()})
         measured: Dict[Tuple, List[Tuple[float, float]]] = {}
         for rep in range(args.reps):
@@ -232,13 +236,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             for (model, runtime, layout, count, duty), values in measured.items()]
     rows.sort(key=lambda r: (r["threads"], r["busy"], r["model"] != "served", r["runtime"], r["layout"]))
     info["load_after"] = load_average()
-    results = {"rows": rows, "checks": checks, "skipped": skipped, "machine": info,
+    results = {"rows": rows, "checks": checks, "skipped": skipped, "versions": versions, "machine": info,
                "adapters": args.adapters, "passes": args.passes, "reps": args.reps}
     md = [f"One pass of {args.inputs} sentences ({rows[0]['tokens']} real tokens, {rows[0]['padded_tokens']} padded), "
           f"each for another of {args.adapters} BitFit adapters; medians of {args.reps} rep(s) of {args.passes} passes.",
           "", markdown_table(rows), "",
           "Checks: " + "; ".join(f"{k}: max |diff| {v:.2e}" for k, v in checks.items()) + ".",
-          *([f"Skipped: {k}: {v}." for k, v in skipped.items()]), "", footer(info)]
+          *([f"Skipped: {k}: {v}." for k, v in skipped.items()]),
+          *([f"Other runtimes: {', '.join(f'{k} {v}' for k, v in versions.items())}."] if versions else []), "", footer(info)]
     markdown = "\n".join(md)
     print(markdown)
     write_outputs(args.json, args.markdown, results, markdown)
