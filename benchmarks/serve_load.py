@@ -154,17 +154,19 @@ def _tree(pid: int) -> List[int]:
     return found
 
 
+def _stat_cpu(path: str) -> float:
+    """User + system CPU seconds in a ``/proc/.../stat`` file (a process's or one thread's); 0 once it is gone."""
+    try:
+        with open(path) as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU time so far of a process and the processes below it (all their threads)."""
-    total = 0.0
-    for each in _tree(pid):
-        try:
-            with open(f"/proc/{each}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    return sum(_stat_cpu(f"/proc/{each}/stat") for each in _tree(pid))
 
 
 def _thread_cpu(pid: int) -> Dict[str, float]:
@@ -172,7 +174,6 @@ def _thread_cpu(pid: int) -> Dict[str, float]:
     ``pid``), the OS name of every other thread (``bitfit-worker``: the worker and the torch threads it started;
     ``bitfit-tokenize``; a release that names no thread shows ``python``), and ``other processes`` (a Ray
     cluster's)."""
-    tick = os.sysconf("SC_CLK_TCK")
     found: Dict[str, float] = {}
     for each in _tree(pid):
         try:
@@ -181,14 +182,12 @@ def _thread_cpu(pid: int) -> Dict[str, float]:
             continue
         for tid in tasks:
             try:
-                with open(f"/proc/{each}/task/{tid}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
                 with open(f"/proc/{each}/task/{tid}/comm") as handle:
                     name = handle.read().strip()
             except OSError:
                 continue
             kind = "other processes" if each != pid else ("event loop" if int(tid) == pid else name)
-            found[kind] = found.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+            found[kind] = found.get(kind, 0.0) + _stat_cpu(f"/proc/{each}/task/{tid}/stat")
     return found
 
 

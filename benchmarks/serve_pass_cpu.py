@@ -22,7 +22,6 @@ Outputs are checked, not only timed: packed against padded logits, and each runt
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
 import os
@@ -228,7 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                             measured.setdefault((model, runtime, layout, count, duty), []).append(
                                 per_pass(run, args.passes, busy))
                     print(f"rep {rep + 1}, {count} thread(s), busy {duty:.0%}: done", file=sys.stderr, flush=True)
-    rows = [{"model": model, "runtime": "eager" if runtime == "torch eager" and model == "stock base" else runtime,
+    rows = [{"model": model, "runtime": runtime,
              "layout": layout, "threads": count, "busy": duty, "inputs": args.inputs,
              "tokens": int(batch["attention_mask"].sum()), "padded_tokens": int(batch["attention_mask"].numel()),
              "wall_ms": statistics.median(w for w, _ in values), "cpu_ms": statistics.median(c for _, c in values),
@@ -251,5 +250,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        sys.exit(main())
+    sys.exit(main())
