@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -255,25 +256,18 @@ class Server:
                 self.proc.kill()
 
 
-def closed_loop(server: Union[Server, List[Server]], names: List[str], texts: List[str], clients: int, requests: int,
-                seed: int) -> dict:
-    """``clients`` threads, one keep-alive connection each, until ``requests`` answers came back; with a list of
-    servers, client ``k`` talks to server ``k`` modulo their number (the clients split evenly)."""
-    servers = server if isinstance(server, list) else [server]
+def _clients(targets: List[tuple], names: List[str], texts: List[str], ks: Sequence[int], take, seed: int) -> dict:
+    """Closed-loop clients ``ks`` (threads, one keep-alive connection each, client ``k`` to target ``k`` modulo
+    their number) while ``take()`` grants another request: their latencies, failures, wall time and CPU."""
     lock = threading.Lock()
-    sent = [0]
     latencies: List[float] = []
     failures: List[str] = []
 
     def client(k: int) -> None:
         rng = random.Random(seed * 1000 + k)
-        target = servers[k % len(servers)]
-        conn = http.client.HTTPConnection(target.host, target.port, timeout=120)
-        while True:
-            with lock:
-                if sent[0] >= requests:
-                    break
-                sent[0] += 1
+        host, port = targets[k % len(targets)]
+        conn = http.client.HTTPConnection(host, port, timeout=120)
+        while take():
             body = json.dumps({"inputs": rng.choice(texts), "adapter": rng.choice(names)})
             began = time.perf_counter()
             conn.request("POST", "/predict", body=body, headers={"Content-Type": "application/json"})
@@ -286,22 +280,72 @@ def closed_loop(server: Union[Server, List[Server]], names: List[str], texts: Li
                     failures.append(f"{response.status} {payload[:200]!r}")
         conn.close()
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    threads = [threading.Thread(target=client, args=(k,)) for k in ks]
     began, cpu_began = time.perf_counter(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - began
-    client_cpu = time.process_time() - cpu_began  # every thread of this process: the load generator's own cost
-    latencies.sort()
+    return {"latencies": latencies, "failures": failures, "wall_s": time.perf_counter() - began,
+            "cpu_s": time.process_time() - cpu_began}  # every thread of this process: the load generator's own cost
+
+
+def _client_process(targets, names, texts, ks, counter, requests, seed, start, results) -> None:
+    """One load-generating process of ``--client-procs``: its clients draw requests from the shared ``counter``."""
+    def take() -> bool:
+        with counter.get_lock():
+            if counter.value >= requests:
+                return False
+            counter.value += 1
+            return True
+
+    start.wait()
+    results.put(_clients(targets, names, texts, ks, take, seed))
+
+
+def closed_loop(server: Union[Server, List[Server]], names: List[str], texts: List[str], clients: int, requests: int,
+                seed: int, procs: int = 1) -> dict:
+    """``clients`` closed-loop clients until ``requests`` answers came back; with a list of servers, client ``k``
+    talks to server ``k`` modulo their number (the clients split evenly). ``procs`` > 1 spreads the clients over
+    that many processes, so that one Python process's GIL does not cap a fast server (a GPU's)."""
+    servers = server if isinstance(server, list) else [server]
+    targets = [(each.host, each.port) for each in servers]
+    if procs <= 1:
+        lock, sent = threading.Lock(), [0]
+
+        def take() -> bool:
+            with lock:
+                if sent[0] >= requests:
+                    return False
+                sent[0] += 1
+                return True
+
+        parts = [_clients(targets, names, texts, range(clients), take, seed)]
+    else:
+        context = multiprocessing.get_context("spawn")  # no fork of a process that runs threads
+        counter, start, queue = context.Value("q", 0), context.Event(), context.Queue()
+        workers = [context.Process(target=_client_process, daemon=True,
+                                   args=(targets, names, texts, list(range(p, clients, procs)), counter, requests, seed,
+                                         start, queue))
+                   for p in range(procs)]
+        for each in workers:
+            each.start()
+        start.set()  # the processes have imported this module; every one starts its clients now
+        parts = [queue.get(timeout=3600) for _ in workers]
+        for each in workers:
+            each.join(60)
+    latencies = sorted(x for part in parts for x in part["latencies"])
+    failures = [x for part in parts for x in part["failures"]]
+    wall = max(part["wall_s"] for part in parts)
 
     def pct(q: float) -> float:
         return latencies[min(len(latencies) - 1, int(round(q * (len(latencies) - 1))))]
 
     return {"requests": len(latencies), "wall_s": wall, "rps": len(latencies) / wall, "p50_ms": 1000 * pct(0.50),
             "p99_ms": 1000 * pct(0.99), "mean_ms": 1000 * statistics.fmean(latencies), "failures": failures[:5],
-            "failed": len(failures), "client_cpu_ms": 1000 * client_cpu / max(1, len(latencies))}
+            "failed": len(failures),
+            "client_cpu_ms": 1000 * sum(part["cpu_s"] for part in parts) / max(1, len(latencies)),
+            "client_busy": max(part["cpu_s"] / part["wall_s"] for part in parts)}  # near 1: the clients set the pace
 
 
 CHURN_TOKEN = "serve-load-admin"
@@ -393,7 +437,7 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
                                   cfg.get("ray", 0), admin_token=CHURN_TOKEN if cfg.get("churn") else None,
                                   checkout=cfg.get("checkout"), flags=cfg.get("flags", ())))
         server = servers[0]
-        warm = closed_loop(servers, names, texts, args.clients, args.warmup, seed=10_000 + rep)
+        warm = closed_loop(servers, names, texts, args.clients, args.warmup, seed=10_000 + rep, procs=args.client_procs)
         before = _summed(metrics_of(each) for each in servers)
         cpu_before = sum(_cpu_seconds(each.proc.pid) for each in servers)
         threads_before = _summed(_thread_cpu(each.proc.pid) for each in servers)
@@ -401,7 +445,7 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
         if cfg.get("churn"):
             churner = threading.Thread(target=lambda: churn.update(admin_churn(server, args.churn_sources, stop)))
             churner.start()
-        result = closed_loop(servers, names, texts, args.clients, args.requests, seed=rep)
+        result = closed_loop(servers, names, texts, args.clients, args.requests, seed=rep, procs=args.client_procs)
         stop.set()
         if cfg.get("churn"):
             churner.join()
@@ -453,6 +497,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--methods", default="bitfit", help="comma list of methods the adapters are drawn from in turn "
                         "(default bitfit; the first adapter, the one-adapter run's, is of the first method)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent closed-loop clients (default 16)")
+    parser.add_argument("--client-procs", type=int, default=1, help="processes the clients are spread over (default 1; "
+                        "more where one Python process cannot keep a fast server busy, e.g. on a GPU)")
     parser.add_argument("--requests", type=int, default=None, help="measured requests per run (default 600)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up requests per run (default 64)")
     parser.add_argument("--reps", type=int, default=None, help="runs of each configuration, rotating order (default 2)")
@@ -467,6 +513,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "at the largest --adapters count (needs the ray extra)")
     parser.add_argument("--baseline-checkout", default=None, help="another checkout of bitfit-hf (a git worktree of "
                         "an older commit): also run the largest count mixed with its server, in the same rotation")
+    parser.add_argument("--baseline-name", default=None, help="what the tables call the --baseline-checkout "
+                        "(default: its git commit; give one for a copy that is no git checkout)")
     parser.add_argument("--baseline-dtype", default=None, help="the --dtype of the --baseline-checkout server "
                         "(default: --dtype)")
     parser.add_argument("--also-padded", action="store_true", help="also run the largest count mixed with "
@@ -474,6 +522,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--split-servers", type=int, default=0,
                         help="also run the largest count mixed as N servers of one torch thread each, the clients "
                              "split evenly among them (a process per core behind a load balancer), in the same rotation")
+    parser.add_argument("--no-switch", action="store_true", help="leave out (b), the largest count switching per "
+                        "forward pass (the slowest configuration)")
     parser.add_argument("--admin-churn", action="store_true", help="also run the largest count while an admin adds "
                         "and removes adapters (a tagger and an (IA)3 classifier) every 0.25 s: p99 with and without")
     parser.add_argument("--json", default=None)
@@ -496,7 +546,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         configs += [{"key": f"ray-{r}", "n": biggest, "batching": "mixed", "ray": r,
                      "what": f"Ray Serve, {r} replica(s), {biggest} adapters, mixed batches"}
                     for r in (int(x) for x in args.ray_replicas.split(","))]
-    elif biggest > 1:
+    elif biggest > 1 and not args.no_switch:
         configs.append({"key": f"switch-{biggest}", "n": biggest, "batching": "switch",
                         "what": f"(b) {biggest} adapters, switching per forward pass"})
     texts = sentences(200)
@@ -513,8 +563,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             configs.append({"key": f"padded-{biggest}", "n": biggest, "batching": "mixed", "flags": ["--packing", "off"],
                             "what": f"{biggest} adapters, mixed batches, --packing off"})
         if args.baseline_checkout:
-            commit = subprocess.run(["git", "-C", args.baseline_checkout, "rev-parse", "--short", "HEAD"],
-                                    capture_output=True, text=True).stdout.strip() or "?"
+            commit = args.baseline_name or subprocess.run(["git", "-C", args.baseline_checkout, "rev-parse", "--short", "HEAD"],
+                                                          capture_output=True, text=True).stdout.strip() or "?"
             configs.append({"key": f"baseline-{biggest}", "n": biggest, "batching": "mixed",
                             "checkout": os.path.abspath(args.baseline_checkout),
                             "dtype": args.baseline_dtype or args.dtype,
@@ -592,7 +642,9 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"MiB (the base's parameters and buffers, float32; server `--device {args.device} --dtype {args.dtype}`). "
               "Server CPU ms / request: the server process's user + system CPU time during the measured requests over their number (less sensitive to other load on the machine "
               f"than req/s). The load generator itself used {statistics.median(r['client_cpu_ms'] for rs in runs.values() for r in rs):.2f} "
-              "ms of CPU per request (median over runs), so it leaves the server what the machine has.")
+              f"ms of CPU per request (median over runs) over {args.client_procs} process(es), the busiest of them busy "
+              f"{100 * max(r.get('client_busy', 0.0) for rs in runs.values() for r in rs):.0f}% of its wall time at most "
+              "(near 100% the load generator, not the server, set the pace: raise --client-procs).")
     markdown = "\n".join(md) + "\n\n" + footer(info)
     print(markdown)
     write_outputs(args.json, args.markdown, results, markdown)
