@@ -174,11 +174,13 @@ def _thread_cpu(pid: int) -> Dict[str, float]:
     """CPU seconds so far of the server's threads by kind: ``event loop`` (the main thread of the process
     ``pid``), the OS name of every other thread (``bitfit-worker``: the worker and the torch threads it started;
     ``bitfit-tokenize``; a release that names no thread shows ``python``), and ``other processes`` (a Ray
-    cluster's)."""
+    cluster's). The worker processes of ``serve --workers`` count as the server's own."""
     found: Dict[str, float] = {}
     for each in _tree(pid):
         try:
             tasks = os.listdir(f"/proc/{each}/task")
+            with open(f"/proc/{each}/cmdline", "rb") as handle:
+                server = each == pid or b"spawn_main" in handle.read()  # a `serve --workers` worker
         except OSError:
             continue
         for tid in tasks:
@@ -187,7 +189,7 @@ def _thread_cpu(pid: int) -> Dict[str, float]:
                     name = handle.read().strip()
             except OSError:
                 continue
-            kind = "other processes" if each != pid else ("event loop" if int(tid) == pid else name)
+            kind = "other processes" if not server else ("event loop" if int(tid) == each else name)
             found[kind] = found.get(kind, 0.0) + _stat_cpu(f"/proc/{each}/task/{tid}/stat")
     return found
 
@@ -432,7 +434,7 @@ def run_config(cfg: dict, adapters: Dict[str, str], tokenizer: str, args, texts:
     churn: Dict[str, float] = {}
     try:
         for _ in range(cfg.get("split", 1)):  # split: that many servers of one torch thread each
-            servers.append(Server(spec_file, tokenizer, cfg["batching"], 1 if cfg.get("split") else args.threads,
+            servers.append(Server(spec_file, tokenizer, cfg["batching"], 1 if cfg.get("split") else cfg.get("threads", args.threads),
                                   args.max_batch_size, args.max_wait_ms, args.device, cfg.get("dtype", args.dtype),
                                   cfg.get("ray", 0), admin_token=CHURN_TOKEN if cfg.get("churn") else None,
                                   checkout=cfg.get("checkout"), flags=cfg.get("flags", ())))
@@ -524,6 +526,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "split evenly among them (a process per core behind a load balancer), in the same rotation")
     parser.add_argument("--no-switch", action="store_true", help="leave out (b), the largest count switching per "
                         "forward pass (the slowest configuration)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="also run the largest count mixed as one server of N worker processes of one torch thread "
+                             "each (`serve --workers N --threads 1`), in the same rotation")
     parser.add_argument("--admin-churn", action="store_true", help="also run the largest count while an admin adds "
                         "and removes adapters (a tagger and an (IA)3 classifier) every 0.25 s: p99 with and without")
     parser.add_argument("--json", default=None)
@@ -559,6 +564,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             configs.append({"key": f"split-{biggest}", "n": biggest, "batching": "mixed", "split": args.split_servers,
                             "what": f"{biggest} adapters, mixed batches, {args.split_servers} servers of one torch "
                                     "thread each (the clients split evenly)"})
+        if args.workers:
+            configs.append({"key": f"workers-{biggest}", "n": biggest, "batching": "mixed", "threads": 1,
+                            "flags": ["--workers", str(args.workers)],
+                            "what": f"{biggest} adapters, mixed batches, one server of {args.workers} workers of one "
+                                    "torch thread each (`--workers`)"})
         if args.also_padded:
             configs.append({"key": f"padded-{biggest}", "n": biggest, "batching": "mixed", "flags": ["--packing", "off"],
                             "what": f"{biggest} adapters, mixed batches, --packing off"})
@@ -616,7 +626,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         md.append("")
         md.append(f"Against {baseline[0]['what'].split(', ', 2)[-1]}, same adapters and clients, in the same rotation "
                   "(medians of per-run ratios):")
-        for key in (f"mixed-{biggest}", f"padded-{biggest}", f"split-{biggest}"):
+        for key in (f"mixed-{biggest}", f"padded-{biggest}", f"split-{biggest}", f"workers-{biggest}"):
             if key in runs:
                 rps = statistics.median(o["rps"] / b["rps"] for o, b in zip(runs[key], baseline[0]["runs"]))
                 p99 = statistics.median(o["p99_ms"] / b["p99_ms"] for o, b in zip(runs[key], baseline[0]["runs"]))

@@ -64,6 +64,10 @@ def register(verbs) -> None:
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
                         help="dtype of the base's weights; auto: bfloat16 on a CUDA device, float32 on a CPU")
     parser.add_argument("--threads", type=int, help="torch threads of the worker (default: torch's)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="server processes on the one port, each with the base, every adapter and --threads torch "
+                             "threads; on a CPU host, one per core with --threads 1 serves most. The adapter set is then "
+                             "fixed (no admin token); a worker that dies is replaced")
     parser.add_argument("--batching", default="mixed", choices=("mixed", "switch"),
                         help="mixed: adapters share forward passes; switch: one adapter per forward pass")
     parser.add_argument("--packing", default="auto", choices=("auto", "off"),
@@ -118,8 +122,6 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise CliError(f"serve needs {missing.replace('_', '-')}: pip install 'bitfit-hf[serve]'.")
     from bitfit_hf.serving.config import ServeConfig, ServeError, parse_adapter_arg, read_adapters_file, unique_specs
-    from bitfit_hf.serving.engine import Engine
-    from bitfit_hf.serving.server import serve_forever
 
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port must be 0-65535 (got {args.port}).")
@@ -138,8 +140,17 @@ def run(args: argparse.Namespace) -> int:
         base_model = base_model or file_base
     specs = unique_specs(specs)
     logging.getLogger("bitfit_hf").setLevel(args.log_level.upper())
+    if args.workers < 1:
+        raise CliError(f"--workers must be at least 1 (got {args.workers}).")
     if args.ray:
+        if args.workers != 1:
+            raise CliError("--workers is the plain server's; with --ray, give --replicas (a process each).")
         return _run_ray(args, specs, config, base_model)
+    if args.workers > 1:
+        return _run_workers(args, specs, config, base_model)
+    from bitfit_hf.serving.engine import Engine  # here: the supervisor of --workers holds no model
+    from bitfit_hf.serving.server import serve_forever
+
     log = logging.getLogger("bitfit_hf.serving")
     log.info("bitfit-hf serve: loading %d adapter(s)", len(specs))
     try:
@@ -161,6 +172,29 @@ def run(args: argparse.Namespace) -> int:
 
     serve_forever(engine, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
                   graceful_timeout=args.graceful_timeout, on_ready=ready)
+    return 0
+
+
+def _run_workers(args: argparse.Namespace, specs, config, base_model) -> int:
+    """``--workers N``: N processes of the plain server on one port (bitfit_hf.serving.workers)."""
+    from bitfit_hf.serving.config import ServeError
+    from bitfit_hf.serving.workers import serve_workers
+
+    if not specs:
+        raise CliError("no adapters to serve: give one or more NAME=SOURCE (a folder or a Hub id), or --adapters-file.")
+
+    def ready(url: str) -> None:
+        print(f"bitfit-hf serve: {len(specs)} adapter(s) in each of {args.workers} workers, listening on {url}",
+              file=sys.stderr, flush=True)
+
+    try:
+        started = serve_workers(specs, config, args.workers, base_model, args.tokenizer, host=args.host, port=args.port,
+                                log_level=args.log_level, access_log=args.access_log,
+                                graceful_timeout=args.graceful_timeout, on_ready=ready)
+    except ServeError as err:
+        raise CliError(str(err)) from None
+    if not started:
+        raise CliError("a worker could not start (its error is above); nothing is served.")
     return 0
 
 

@@ -1,6 +1,13 @@
-"""Prometheus metrics of one server (a registry of its own, so several servers in one process do not mix)."""
+"""Prometheus metrics of one server (a registry of its own, so several servers in one process do not mix).
+
+Under ``serve --workers N`` each worker process writes its values to files in ``$PROMETHEUS_MULTIPROC_DIR``
+(prometheus_client's multiprocess mode) and ``render`` sums them over the live workers: counters and
+histograms over every worker that ran, queue gauges over those alive, the others the largest of those alive.
+"""
 
 from __future__ import annotations
+
+import os
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -10,6 +17,7 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
     generate_latest,
+    multiprocess,
 )
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -39,13 +47,16 @@ class Metrics:
                                         buckets=SIZE_BUCKETS, registry=r)
         self.forward_time = Histogram("bitfit_serve_forward_duration_seconds", "Time of one forward pass",
                                       ["mode"], buckets=LATENCY_BUCKETS, registry=r)
-        self.queue_depth = Gauge("bitfit_serve_queue_depth", "Requests waiting, by adapter", ["adapter"], registry=r)
-        self.queue_total = Gauge("bitfit_serve_queue_size", "Requests waiting, all adapters", registry=r)
+        self.queue_depth = Gauge("bitfit_serve_queue_depth", "Requests waiting, by adapter", ["adapter"], registry=r,
+                                 multiprocess_mode="livesum")
+        self.queue_total = Gauge("bitfit_serve_queue_size", "Requests waiting, all adapters", registry=r,
+                                 multiprocess_mode="livesum")
         self.switches = Counter("bitfit_serve_adapter_switches", "Adapter activations of switched adapters", registry=r)
-        self.adapters = Gauge("bitfit_serve_adapters", "Adapters served, by batching mode", ["mode"], registry=r)
+        self.adapters = Gauge("bitfit_serve_adapters", "Adapters served, by batching mode", ["mode"], registry=r,
+                              multiprocess_mode="livemax")
         self.pass_overhead = Gauge("bitfit_serve_pass_overhead_tokens", "What a forward pass costs beyond its tokens, "
                                    "in tokens, as learned from the passes so far (splitting a batch by length pays "
-                                   "above it)", registry=r)
+                                   "above it)", registry=r, multiprocess_mode="livemax")
         self.cancelled = Counter("bitfit_serve_cancelled", "Requests dropped before their forward pass, by reason",
                                  ["reason"], registry=r)
 
@@ -56,4 +67,8 @@ class Metrics:
             pass
 
     def render(self) -> bytes:
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # serve --workers: every worker's values, summed
+            summed = CollectorRegistry()
+            multiprocess.MultiProcessCollector(summed)
+            return generate_latest(summed)
         return generate_latest(self.registry)

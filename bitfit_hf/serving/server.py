@@ -9,7 +9,6 @@ down (status 143, recorded as a failure). Ctrl-C (SIGINT) keeps uvicorn's behavi
 from __future__ import annotations
 
 import signal
-import socket
 import threading
 import time
 from typing import Callable, Optional
@@ -18,21 +17,7 @@ import uvicorn
 
 from bitfit_hf.serving.app import create_app
 from bitfit_hf.serving.engine import Engine
-
-
-def bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)  # connections made before uvicorn accepts wait in the backlog instead of being refused
-    sock.set_inheritable(True)
-    return sock
-
-
-def url_of(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+from bitfit_hf.serving.listening import bind, url_of
 
 
 class DrainingServer(uvicorn.Server):
