@@ -10,7 +10,8 @@
 # about 40 MiB; both servers load the same rounded base, so the comparison is fair) and copies the package of
 # BASELINE (default 749ee85, the commit the serving issue measures against) from git. `run` installs the wheels
 # where the image lacks them, unpacks the base, and runs benchmarks/serve_load.py at 64 mixed adapters and 16
-# clients on --device cuda: this release packed and padded, and BASELINE's server, in rotating order, the clients
+# clients on --device cuda: this release packed, padded and as WORKERS processes (default 4: on a GPU the host's
+# CPU work per request is what one process runs out of), and BASELINE's server, in rotating order, the clients
 # spread over several processes so that the load generator does not set the pace. It stops after RUN_LIMIT
 # seconds (default 480); the per-run lines go to $OUT/serve_load-gpu.log as they come.
 set -euo pipefail
@@ -19,9 +20,9 @@ cd "$(dirname "$0")/.."
 ASSETS=gpu_assets
 BASELINE=${BASELINE:-749ee85}
 WHEELS="fastapi uvicorn prometheus-client"
-LOAD=(--adapters 64 --no-switch --clients "${CLIENTS:-16}" --client-procs "${CLIENT_PROCS:-4}" --reps "${REPS:-3}"
+LOAD=(--adapters 64 --no-switch --clients "${CLIENTS:-16}" --client-procs "${CLIENT_PROCS:-4}" --reps "${REPS:-2}"
       --requests "${REQUESTS:-4000}" --warmup 200 --threads "${THREADS:-2}" --device "${DEVICE:-cuda}"
-      --also-padded --baseline-checkout "$ASSETS/serve-baseline" --baseline-name "$BASELINE")
+      --also-padded --workers "${WORKERS:-4}" --baseline-checkout "$ASSETS/serve-baseline" --baseline-name "$BASELINE")
 
 prepare() {
     local python=${PYTHON:-python}
@@ -69,5 +70,5 @@ case "${1:-}" in
     prepare) prepare ;;
     plan) plan ;;
     run) run ;;
-    *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -40,12 +40,12 @@ def children(pid: int) -> set:
     return found
 
 
-def start_workers(*adapter_args: str, extra=(), env=None):
+def start_workers(*adapter_args: str):
     """The CLI with two workers; ``(process, url, log lines)`` once it listens."""
     command = [sys.executable, "-m", "bitfit_hf.cli", "serve", "--workers", "2", "--threads", "1", "--port", "0",
-               "--log-level", "warning", *extra, *adapter_args]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
-    environment.pop("BITFIT_HF_ADMIN_TOKEN", None) if "BITFIT_HF_ADMIN_TOKEN" not in (env or {}) else None
+               "--log-level", "warning", *adapter_args]
+    environment = {k: v for k, v in os.environ.items() if k != "BITFIT_HF_ADMIN_TOKEN"}  # workers refuse it
+    environment.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     server = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines = []
     for line in server.stderr:
@@ -179,7 +179,8 @@ def test_sigterm_under_load_answers_what_it_took_then_refuses(adapters):  # noqa
 
 def test_what_workers_cannot_do_is_refused_at_the_start(adapters, tmp_path):  # noqa: F811
     def refused(*args, env=None):
-        environment = {**os.environ, **(env or {})}
+        environment = {k: v for k, v in os.environ.items() if k != "BITFIT_HF_ADMIN_TOKEN"}
+        environment.update(env or {})
         proc = subprocess.run([sys.executable, "-m", "bitfit_hf.cli", "serve", "--port", "0", *args], env=environment,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0
