@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import http.client
 import json
-from typing import Any, Dict, Optional, Tuple
+import os
+import re
+import subprocess
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
 import pytest
@@ -95,3 +100,21 @@ def metric(text: str, name: str, **labels) -> float:
         if key == (f"{name}{{{want}}}" if want else name):
             return float(value)
     return 0.0
+
+
+def start_cli(*serve_args: str, drop_env: Tuple[str, ...] = ()) -> Tuple[subprocess.Popen, str, List[str]]:
+    """``bitfit-hf serve *serve_args`` as a process (one torch thread); ``(process, url, stderr lines so far and
+    to come)`` once it says where it listens."""
+    env = {k: v for k, v in os.environ.items() if k not in drop_env}
+    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    command = [sys.executable, "-m", "bitfit_hf.cli", "serve", "--port", "0", "--log-level", "warning", *serve_args]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: List[str] = []
+    for line in server.stderr:
+        lines.append(line)
+        found = re.search(r"listening on (http://\S+)", line)
+        if found:
+            threading.Thread(target=lambda: lines.extend(server.stderr), daemon=True).start()  # keep the pipe drained
+            return server, found.group(1), lines
+    server.wait(60)
+    raise AssertionError(f"serve {' '.join(serve_args[:4])} did not start:\n" + "".join(lines[-30:]))

@@ -6,15 +6,12 @@ process exits 0 and leaves no Ray process behind."""
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
-from serve_support import adapters, predict  # noqa: F401 - fixtures
+from serve_support import adapters, predict, start_cli  # noqa: F401 - fixtures
 
 pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install 'bitfit-hf[ray]')")
 
@@ -43,22 +40,9 @@ def descendants(pid: int) -> set:
 
 
 def start_front(adapters):  # noqa: F811
-    """The CLI on a local cluster; ``(process, url)`` once it listens."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    command = [sys.executable, "-m", "bitfit_hf.cli", "serve", "--ray", "--replicas", "2", "--replica-cpus", "0.5",
-               "--threads", "1", "--max-wait-ms", "5", "--port", "0", "--log-level", "warning",
-               f"c0={adapters['c0']}", f"tag={adapters['tag']}"]
-    front = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines = []
-    for line in front.stderr:
-        lines.append(line)
-        found = re.search(r"listening on (http://\S+)", line)
-        if found:
-            threading.Thread(target=lambda: lines.extend(front.stderr), daemon=True).start()  # keep the pipe drained
-            return front, found.group(1), lines
-    front.wait(30)
-    raise AssertionError("serve --ray did not start:\n" + "".join(lines[-30:]))
+    """The CLI on a local cluster; ``(process, url, log lines)`` once it listens."""
+    return start_cli("--ray", "--replicas", "2", "--replica-cpus", "0.5", "--threads", "1", "--max-wait-ms", "5",
+                     f"c0={adapters['c0']}", f"tag={adapters['tag']}", drop_env=("RAY_ADDRESS",))
 
 
 def test_sigterm_under_load_answers_503_then_closes_never_404(adapters):  # noqa: F811

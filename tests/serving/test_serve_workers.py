@@ -6,7 +6,6 @@ mode cannot do is refused at the start with the reason."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -15,7 +14,7 @@ import threading
 import time
 
 import pytest
-from serve_support import adapters, call, metric, predict, specs, start_server  # noqa: F401 - fixtures
+from serve_support import adapters, call, metric, predict, specs, start_cli, start_server  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -42,20 +41,7 @@ def children(pid: int) -> set:
 
 def start_workers(*adapter_args: str):
     """The CLI with two workers; ``(process, url, log lines)`` once it listens."""
-    command = [sys.executable, "-m", "bitfit_hf.cli", "serve", "--workers", "2", "--threads", "1", "--port", "0",
-               "--log-level", "warning", *adapter_args]
-    environment = {k: v for k, v in os.environ.items() if k != "BITFIT_HF_ADMIN_TOKEN"}  # workers refuse it
-    environment.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    server = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines = []
-    for line in server.stderr:
-        lines.append(line)
-        found = re.search(r"listening on (http://\S+)", line)
-        if found:
-            threading.Thread(target=lambda: lines.extend(server.stderr), daemon=True).start()  # keep it drained
-            return server, found.group(1), lines
-    server.wait(60)
-    raise AssertionError("serve --workers did not start:\n" + "".join(lines[-30:]))
+    return start_cli("--workers", "2", "--threads", "1", *adapter_args, drop_env=("BITFIT_HF_ADMIN_TOKEN",))
 
 
 def stop(server) -> int:
