@@ -292,8 +292,9 @@ def _clients(targets: List[tuple], names: List[str], texts: List[str], ks: Seque
             "cpu_s": time.process_time() - cpu_began}  # every thread of this process: the load generator's own cost
 
 
-def _client_process(targets, names, texts, ks, counter, requests, seed, start, results) -> None:
-    """One load-generating process of ``--client-procs``: its clients draw requests from the shared ``counter``."""
+def _budget(counter, requests: int):
+    """``take()``: whether another request may go, drawn from ``counter`` (a ``multiprocessing.Value``, shared by
+    the threads of one process or by several processes) until ``requests`` went."""
     def take() -> bool:
         with counter.get_lock():
             if counter.value >= requests:
@@ -301,8 +302,13 @@ def _client_process(targets, names, texts, ks, counter, requests, seed, start, r
             counter.value += 1
             return True
 
+    return take
+
+
+def _client_process(targets, names, texts, ks, counter, requests, seed, start, results) -> None:
+    """One load-generating process of ``--client-procs``: its clients draw requests from the shared ``counter``."""
     start.wait()
-    results.put(_clients(targets, names, texts, ks, take, seed))
+    results.put(_clients(targets, names, texts, ks, _budget(counter, requests), seed))
 
 
 def closed_loop(server: Union[Server, List[Server]], names: List[str], texts: List[str], clients: int, requests: int,
@@ -313,16 +319,7 @@ def closed_loop(server: Union[Server, List[Server]], names: List[str], texts: Li
     servers = server if isinstance(server, list) else [server]
     targets = [(each.host, each.port) for each in servers]
     if procs <= 1:
-        lock, sent = threading.Lock(), [0]
-
-        def take() -> bool:
-            with lock:
-                if sent[0] >= requests:
-                    return False
-                sent[0] += 1
-                return True
-
-        parts = [_clients(targets, names, texts, range(clients), take, seed)]
+        parts = [_clients(targets, names, texts, range(clients), _budget(multiprocessing.Value("q", 0), requests), seed)]
     else:
         context = multiprocessing.get_context("spawn")  # no fork of a process that runs threads
         counter, start, queue = context.Value("q", 0), context.Event(), context.Queue()

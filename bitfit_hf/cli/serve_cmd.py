@@ -177,22 +177,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_workers(args: argparse.Namespace, specs, config, base_model) -> int:
     """``--workers N``: N processes of the plain server on one port (bitfit_hf.serving.workers)."""
-    from bitfit_hf.serving.config import ServeError
+    from bitfit_hf.serving.config import require_specs
     from bitfit_hf.serving.workers import serve_workers
 
-    if not specs:
-        raise CliError("no adapters to serve: give one or more NAME=SOURCE (a folder or a Hub id), or --adapters-file.")
+    require_specs(specs)  # here, before N processes load a model to say it
 
     def ready(url: str) -> None:
         print(f"bitfit-hf serve: {len(specs)} adapter(s) in each of {args.workers} workers, listening on {url}",
               file=sys.stderr, flush=True)
 
-    try:
-        started = serve_workers(specs, config, args.workers, base_model, args.tokenizer, host=args.host, port=args.port,
-                                log_level=args.log_level, access_log=args.access_log,
-                                graceful_timeout=args.graceful_timeout, on_ready=ready)
-    except ServeError as err:
-        raise CliError(str(err)) from None
+    started = serve_workers(specs, config, args.workers, base_model, args.tokenizer, host=args.host, port=args.port,
+                            log_level=args.log_level, access_log=args.access_log,
+                            graceful_timeout=args.graceful_timeout, on_ready=ready)
     if not started:
         raise CliError("a worker could not start (its error is above); nothing is served.")
     return 0

@@ -89,6 +89,12 @@ class ServeConfig:
         return asdict(self)
 
 
+def require_specs(specs: List["AdapterSpec"]) -> None:
+    """Refuse an empty adapter list, the same way wherever a server starts (one process, workers, Ray)."""
+    if not specs:
+        raise ServeError("no adapters to serve: give one or more NAME=SOURCE (a folder or a Hub id), or --adapters-file.")
+
+
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise ServeError(f"adapter name {name!r} is not usable: 1-64 characters, letters, digits, '.', '_' or '-', "

@@ -24,7 +24,7 @@ from bitfit_hf.inference.answers import answer
 from bitfit_hf.inference.inputs import InputRefused, check_items, encode, length_limit, parse_inputs
 from bitfit_hf.inference.predictor import pad_id_of
 from bitfit_hf.serving.batcher import Draining, Job, QueueFull, Worker
-from bitfit_hf.serving.config import ADMIN_TOKEN_ENV, AdapterSpec, ServeConfig, ServeError, check_name
+from bitfit_hf.serving.config import ADMIN_TOKEN_ENV, AdapterSpec, ServeConfig, ServeError, check_name, require_specs
 from bitfit_hf.serving.metrics import Metrics
 from bitfit_hf.serving.models import TASKS, Backbone, Entry, Registry
 from bitfit_hf.serving.tasks import InputError, refused
@@ -125,8 +125,7 @@ class Engine:
                tokenizer: Any = None, admin_token: Optional[str] = None, start: bool = True) -> "Engine":
         """Load every adapter; a :class:`ServeError` listing one line per refused adapter if any is refused."""
         config = config or ServeConfig()
-        if not specs:
-            raise ServeError("no adapters to serve: give one or more NAME=SOURCE (a folder or a Hub id), or --adapters-file.")
+        require_specs(specs)
         refused: List[str] = []
         loaded: List[Tuple[str, str, Optional[str], BitFitAdapter]] = []
         folders: List[str] = []

@@ -45,7 +45,7 @@ from fastapi.responses import JSONResponse
 from ray import serve
 
 from bitfit_hf.serving.app import create_app
-from bitfit_hf.serving.config import AdapterSpec, ServeConfig, ServeError, read_adapters_file, unique_specs
+from bitfit_hf.serving.config import AdapterSpec, ServeConfig, ServeError, read_adapters_file, require_specs, unique_specs
 from bitfit_hf.serving.engine import Engine
 from bitfit_hf.serving.tasks import InputError
 
@@ -550,8 +550,7 @@ def build_app(specs: List[AdapterSpec], config: Optional[ServeConfig] = None, ba
               access_log: bool = False):
     """A Ray Serve application serving ``specs``: ``serve.run(build_app(specs), route_prefix="/")``."""
     config = config or ServeConfig()
-    if not specs:
-        raise ServeError("no adapters to serve: give one or more NAME=SOURCE (a folder or a Hub id), or --adapters-file.")
+    require_specs(specs)
     plain = [_spec_dict(s) for s in unique_specs(list(specs))]
     catalog = AdapterCatalog.bind(plain)
     server = BitFitServe.options(**deployment_options(replicas, autoscale, num_cpus, config, access_log, num_gpus))

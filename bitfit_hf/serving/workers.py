@@ -50,7 +50,7 @@ REPLACEMENT_RETRY_S = 5.0
 
 def worker_settings(specs: List[AdapterSpec], config: ServeConfig, base_model: Optional[str], tokenizer: Optional[str],
                     graceful_timeout: Optional[float], ready_dir: str) -> str:
-    return json.dumps({"specs": [dataclasses.asdict(s) for s in specs], "config": dataclasses.asdict(config),
+    return json.dumps({"specs": [dataclasses.asdict(s) for s in specs], "config": config.to_dict(),
                        "base_model": base_model, "tokenizer": tokenizer, "graceful_timeout": graceful_timeout,
                        "ready_dir": ready_dir})
 

@@ -177,6 +177,7 @@ def test_what_workers_cannot_do_is_refused_at_the_start(adapters, tmp_path):  # 
     assert "--ray" in refused("--workers", "2", one, env={"BITFIT_HF_ADMIN_TOKEN": "secret-token-0123456789"})
     assert "--replicas" in refused("--workers", "2", "--ray", one)
     assert "at least 1" in refused("--workers", "0", one)
+    assert "no adapters to serve" in refused("--workers", "2")  # said before any worker loads a model
     (tmp_path / "empty").mkdir()
     said = refused("--workers", "2", one, f"broken={tmp_path / 'empty'}")
     assert "a worker could not start" in said and "broken" in said
